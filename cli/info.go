@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/dustin/go-humanize"
+
+	"kvscope/engine/gguf"
+	"kvscope/engine/model"
+	"kvscope/engine/tokenizer"
+)
+
+func infoCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("info", "-m FILE", stderr)
+	path := fs.String("m", "", "GGUF model `file`")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := requireModel(*path); err != nil {
+		return err
+	}
+	m, err := model.Load(*path)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	f := m.File
+	c := m.Config
+	name, _ := f.String("general.name")
+	st, _ := os.Stat(*path)
+	fmt.Fprintf(stdout, "file:          %s (%s, GGUF v%d)\n", *path, humanize.IBytes(uint64(st.Size())), f.Version)
+	if name != "" {
+		fmt.Fprintf(stdout, "name:          %s\n", name)
+	}
+	fmt.Fprintf(stdout, "architecture:  %s\n", c.Arch)
+	fmt.Fprintf(stdout, "parameters:    %s (%d)\n", humanize.SIWithDigits(float64(m.Params()), 2, ""), m.Params())
+	fmt.Fprintf(stdout, "layers:        %d, dim %d, feed-forward %d\n", c.Layers, c.Dim, c.FFDim)
+	fmt.Fprintf(stdout, "heads:         %d query, %d key/value, head dim %d\n", c.Heads, c.KVHeads, c.HeadDim)
+	rope := "normal"
+	if c.RopeNeoX {
+		rope = "NeoX"
+	}
+	fmt.Fprintf(stdout, "rope:          %s, base %g, linear scale %g\n", rope, c.RopeBase, c.RopeScale)
+	fmt.Fprintf(stdout, "context:       %d tokens\n", c.Context)
+
+	types := map[string]int{}
+	for _, t := range f.Tensors {
+		types[t.Type.String()]++
+	}
+	var parts []string
+	for _, k := range sortedKeys(types) {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, types[k]))
+	}
+	fmt.Fprintf(stdout, "tensor types:  %s (%d tensors)\n", strings.Join(parts, ", "), len(f.Tensors))
+
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		fmt.Fprintf(stdout, "vocabulary:    unusable: %v\n", err)
+	} else {
+		pre := ""
+		if tok.Model() == "gpt2" {
+			pre = ", pre-tokenizer " + tok.Pre()
+		}
+		fmt.Fprintf(stdout, "vocabulary:    %d tokens, %s%s\n", tok.Size(), tok.Model(), pre)
+		fmt.Fprintf(stdout, "special:       %s\n", specials(tok))
+	}
+	tmpl, ok := f.String("tokenizer.chat_template")
+	if ok {
+		fmt.Fprintf(stdout, "chat template: yes (%d characters)\n", len(tmpl))
+	} else {
+		fmt.Fprintln(stdout, "chat template: no")
+	}
+	return nil
+}
+
+func specials(t *tokenizer.Tokenizer) string {
+	var parts []string
+	for _, s := range []struct {
+		name string
+		id   int
+	}{{"BOS", t.BOS()}, {"EOS", t.EOS()}, {"EOT", t.EOT()}, {"UNK", t.UNK()}, {"PAD", t.PAD()}} {
+		if s.id >= 0 {
+			parts = append(parts, fmt.Sprintf("%s %d %q", s.name, s.id, t.Token(s.id)))
+		}
+	}
+	parts = append(parts, fmt.Sprintf("add BOS %v, add EOS %v", t.AddBOS(), t.AddEOS()))
+	return strings.Join(parts, ", ")
+}
+
+func tokenizeCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("tokenize", "-m FILE [--no-bos] [--parse-special] (TEXT | -f FILE)", stderr)
+	path := fs.String("m", "", "GGUF model or vocabulary `file`")
+	noBOS := fs.Bool("no-bos", false, "do not add BOS (or other special tokens the model adds)")
+	special := fs.Bool("parse-special", false, "turn special-token text such as <s> into those tokens")
+	file := fs.String("f", "", "read the text from `file`")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := requireModel(*path); err != nil {
+		return err
+	}
+	var text string
+	switch {
+	case *file != "" && fs.NArg() > 0:
+		return fmt.Errorf("give the text either as an argument or with -f, not both")
+	case *file != "":
+		b, err := os.ReadFile(*file)
+		if err != nil {
+			return err
+		}
+		text = string(b)
+	case fs.NArg() > 0:
+		text = strings.Join(fs.Args(), " ")
+	default:
+		return fmt.Errorf("no text given: pass TEXT or -f FILE")
+	}
+	tok, err := loadTokenizer(*path)
+	if err != nil {
+		return err
+	}
+	ids := tok.Encode(text, !*noBOS, *special)
+	b, _ := json.Marshal(ids)
+	if ids == nil {
+		b = []byte("[]")
+	}
+	fmt.Fprintln(stdout, string(b))
+	return nil
+}
+
+// loadTokenizer reads only the vocabulary of a GGUF file, so that
+// vocabulary-only files work too.
+func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return tok, nil
+}

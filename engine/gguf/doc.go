@@ -1,0 +1,18 @@
+// Package gguf provides a bounds-checked, memory-mapped reader for GGUF model
+// files: their metadata, tensor descriptions and tensor bytes.
+//
+// Every count, length, offset and shape in a file is checked against the
+// file's size before it is used, so a malformed or truncated file gives an
+// error that says what is wrong and at which byte offset, never a panic, and
+// the reader never allocates more than the file's own size could justify.
+// Tensor bytes are not copied: TensorData returns slices of the mapping.
+//
+// Why our own reader: the Go GGUF parsers we looked at
+// (github.com/gpustack/gguf-parser-go being the well-kept one) are built to
+// estimate memory needs of local or remote files and copy what they read;
+// kvscope needs zero-copy access to tensor bytes from a mapping that lives as
+// long as the model, and hard, fuzzed guarantees on hostile input. The format
+// is small (a header, typed key/value pairs, tensor infos), so the reader is
+// short. Supported: GGUF versions 2 and 3, little-endian, every metadata value
+// type including nested arrays, and general.alignment.
+package gguf

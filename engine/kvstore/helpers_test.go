@@ -1,0 +1,197 @@
+package kvstore
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// allPrecisions lists every precision, in order.
+var allPrecisions = []Precision{F32, F16, BF16, Q8_0, Int8, Int4, FP8}
+
+// stories is stories260K's K/V shape.
+func stories(blockSize, blocks int, k, v Precision) Config {
+	return Config{Layers: 5, KVHeads: 4, HeadDim: 8, BlockSize: blockSize, Blocks: blocks, K: k, V: v}
+}
+
+// keyGen makes key-like rows: every channel has its own offset and spread,
+// and a few channels carry outliers ten to twenty times larger, as real keys
+// do.
+type keyGen struct {
+	rng          *rand.Rand
+	mean, spread []float32
+}
+
+func newKeyGen(seed uint64, row int) *keyGen {
+	g := &keyGen{rng: rand.New(rand.NewPCG(seed, 7)), mean: make([]float32, row), spread: make([]float32, row)}
+	for i := range row {
+		g.mean[i] = float32(g.rng.NormFloat64() * 0.5)
+		g.spread[i] = float32(0.5 + g.rng.Float64())
+		if i%7 == 3 { // outlier channel
+			g.mean[i] *= 15
+			g.spread[i] *= 10
+		}
+	}
+	return g
+}
+
+// row returns one token's row.
+func (g *keyGen) row() []float32 {
+	x := make([]float32, len(g.mean))
+	for i := range x {
+		x[i] = g.mean[i] + g.spread[i]*float32(g.rng.NormFloat64())
+	}
+	return x
+}
+
+// valueRow returns a value-like row: zero-mean, unit spread, no outliers.
+func (g *keyGen) valueRow() []float32 {
+	x := make([]float32, len(g.mean))
+	for i := range x {
+		x[i] = float32(g.rng.NormFloat64())
+	}
+	return x
+}
+
+// sameBits reports whether a and b are bit-for-bit equal.
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// relRMS returns the RMS of got-want over the RMS of want.
+func relRMS(got, want []float32) float64 {
+	var e, w float64
+	for i := range want {
+		d := float64(got[i] - want[i])
+		e += d * d
+		w += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(e / w)
+}
+
+// fill writes rows[t] as both K (keys) and V (vals) of tokens 0..len-1 of
+// block b, in every layer; layer l's rows are offset by l so layers differ.
+func fill(s *Store, b int, keys, vals [][]float32, from, to int) {
+	for t := from; t < to; t++ {
+		for l := range s.Config().Layers {
+			s.Write(l, b, t, shift(keys[t], l), shift(vals[t], l))
+		}
+	}
+}
+
+// shift returns x with l*0.25 added to each value.
+func shift(x []float32, l int) []float32 {
+	if l == 0 {
+		return x
+	}
+	y := make([]float32, len(x))
+	for i, v := range x {
+		y[i] = v + float32(l)*0.25
+	}
+	return y
+}
+
+// gen returns n key-like and n value-like rows for c.
+func gen(c Config, seed uint64, n int) (keys, vals [][]float32) {
+	g := newKeyGen(seed, c.KVHeads*c.HeadDim)
+	for range n {
+		keys = append(keys, g.row())
+		vals = append(vals, g.valueRow())
+	}
+	return keys, vals
+}
+
+// readAll reads K and V of the first n tokens of block b, layer l, and
+// returns them as rows [t][h*HeadDim+d].
+func readAll(s *Store, l, b, n int) (keys, vals [][]float32) {
+	c := s.Config()
+	D, H := c.HeadDim, c.KVHeads
+	dk := make([]float32, H*n*D)
+	dv := make([]float32, H*n*D)
+	s.ReadK(l, b, n, dk)
+	s.ReadV(l, b, n, dv)
+	for t := range n {
+		k := make([]float32, H*D)
+		v := make([]float32, H*D)
+		for h := range H {
+			copy(k[h*D:], dk[(h*n+t)*D:(h*n+t+1)*D])
+			copy(v[h*D:], dv[(h*n+t)*D:(h*n+t+1)*D])
+		}
+		keys, vals = append(keys, k), append(vals, v)
+	}
+	return keys, vals
+}
+
+// errBounds returns, for every value of rows (a block's tokens, all written),
+// the largest error precision p may make on it as keys (key true) or values,
+// derived from the layout the package documents. Exact precisions give nil.
+func errBounds(c Config, p Precision, key bool, rows [][]float32) [][]float64 {
+	n, row, D := len(rows), c.KVHeads*c.HeadDim, c.HeadDim
+	out := make([][]float64, n)
+	for t := range out {
+		out[t] = make([]float64, row)
+	}
+	asym := func(vals []float64, qm float64) float64 {
+		mn, mx := vals[0], vals[0]
+		for _, v := range vals {
+			mn, mx = math.Min(mn, v), math.Max(mx, v)
+		}
+		s := (mx - mn) / qm
+		return 0.5*s + (qm*s+math.Abs(mn)+math.Abs(mx))/2048 + 1e-6
+	}
+	absMax := func(vals []float64) float64 {
+		m := 0.0
+		for _, v := range vals {
+			m = math.Max(m, math.Abs(v))
+		}
+		return m
+	}
+	// rowGroups applies bound to each group of size G along every token's row.
+	rowGroups := func(G int, bound func(vals []float64, i int) float64) {
+		for t := range n {
+			for lo := 0; lo < row; lo += G {
+				hi := min(lo+G, row)
+				vals := make([]float64, 0, G)
+				for _, v := range rows[t][lo:hi] {
+					vals = append(vals, float64(v))
+				}
+				for i := lo; i < hi; i++ {
+					out[t][i] = bound(vals, i-lo)
+				}
+			}
+		}
+	}
+	switch {
+	case p == F32 || p == F16 || p == BF16:
+		return nil
+	case p == Q8_0:
+		rowGroups(min(32, row), func(v []float64, _ int) float64 { return 0.57*absMax(v)/127 + 1e-6 })
+	case p == FP8:
+		rowGroups(D, func(v []float64, i int) float64 { return math.Abs(v[i])/16 + absMax(v)*1e-3 + 1e-7 })
+	case key: // Int8, Int4 keys: per channel across each key group of tokens
+		KG := c.keyGroup()
+		for lo := 0; lo < n; lo += KG {
+			hi := min(lo+KG, n)
+			for i := range row {
+				vals := make([]float64, 0, KG)
+				for t := lo; t < hi; t++ {
+					vals = append(vals, float64(rows[t][i]))
+				}
+				b := asym(vals, float64(qmax(p)))
+				for t := lo; t < hi; t++ {
+					out[t][i] = b
+				}
+			}
+		}
+	default: // Int8, Int4 values: per token, groups along the row
+		rowGroups(c.valueGroup(), func(v []float64, _ int) float64 { return asym(v, float64(qmax(p))) })
+	}
+	return out
+}

@@ -1,0 +1,111 @@
+package model
+
+import (
+	"fmt"
+
+	"kvscope/engine/gguf"
+)
+
+// Config is a model's shape and hyper-parameters, read from GGUF metadata.
+type Config struct {
+	Arch      string  // "llama" or "qwen2"
+	Dim       int     // embedding length
+	Layers    int     // transformer blocks
+	Heads     int     // query heads
+	KVHeads   int     // key/value heads (grouped-query attention when fewer than Heads)
+	HeadDim   int     // dimension of one head
+	FFDim     int     // feed-forward hidden size
+	Vocab     int     // vocabulary size (rows of the output matrix)
+	Context   int     // training context length
+	NormEps   float32 // RMSNorm epsilon
+	RopeDim   int     // dimensions of each head that RoPE rotates
+	RopeBase  float32 // RoPE frequency base
+	RopeScale float32 // linear RoPE scaling factor (positions are divided by it); 1 for none
+	RopeNeoX  bool    // rotate the two halves of a head (NeoX) instead of adjacent pairs
+}
+
+// Supported lists the architectures this package runs.
+var Supported = []string{"llama", "qwen2"}
+
+// ReadConfig reads a model's Config from GGUF metadata, with clear errors for
+// missing or impossible values and unsupported architectures.
+func ReadConfig(f *gguf.File) (Config, error) {
+	var c Config
+	arch, ok := f.String("general.architecture")
+	if !ok {
+		return c, fmt.Errorf("no general.architecture in the file: not a model GGUF")
+	}
+	c.Arch = arch
+	switch arch {
+	case "llama":
+	case "qwen2":
+		c.RopeNeoX = true
+	default:
+		return c, fmt.Errorf("architecture %q is not supported (supported: %v)", arch, Supported)
+	}
+	need := func(key string, dst *int) error {
+		v, ok := f.Uint(arch + "." + key)
+		if !ok || v == 0 || v > 1<<24 {
+			return fmt.Errorf("metadata %s.%s is missing or out of range", arch, key)
+		}
+		*dst = int(v)
+		return nil
+	}
+	for _, k := range []struct {
+		key string
+		dst *int
+	}{
+		{"embedding_length", &c.Dim},
+		{"block_count", &c.Layers},
+		{"attention.head_count", &c.Heads},
+		{"feed_forward_length", &c.FFDim},
+		{"context_length", &c.Context},
+	} {
+		if err := need(k.key, k.dst); err != nil {
+			return c, err
+		}
+	}
+	c.KVHeads = c.Heads
+	if v, ok := f.Uint(arch + ".attention.head_count_kv"); ok {
+		c.KVHeads = int(v)
+	}
+	if c.KVHeads <= 0 || c.Heads%c.KVHeads != 0 {
+		return c, fmt.Errorf("%d query heads cannot be grouped over %d key/value heads", c.Heads, c.KVHeads)
+	}
+	if c.Dim%c.Heads != 0 {
+		return c, fmt.Errorf("embedding length %d is not divisible by %d heads", c.Dim, c.Heads)
+	}
+	c.HeadDim = c.Dim / c.Heads
+	if v, ok := f.Uint(arch + ".attention.key_length"); ok && v > 0 {
+		c.HeadDim = int(v)
+	}
+	c.RopeDim = c.HeadDim
+	if v, ok := f.Uint(arch + ".rope.dimension_count"); ok && v > 0 {
+		c.RopeDim = int(v)
+	}
+	if c.RopeDim > c.HeadDim || c.RopeDim%2 != 0 {
+		return c, fmt.Errorf("RoPE dimension %d does not fit head dimension %d", c.RopeDim, c.HeadDim)
+	}
+	c.NormEps = 1e-5
+	if v, ok := f.Float(arch + ".attention.layer_norm_rms_epsilon"); ok {
+		c.NormEps = float32(v)
+	}
+	c.RopeBase = 10000
+	if v, ok := f.Float(arch + ".rope.freq_base"); ok {
+		c.RopeBase = float32(v)
+	}
+	c.RopeScale = 1
+	if typ, _ := f.String(arch + ".rope.scaling.type"); typ == "linear" {
+		if v, ok := f.Float(arch + ".rope.scaling.factor"); ok && v > 0 {
+			c.RopeScale = float32(v)
+		}
+	} else if typ != "" && typ != "none" {
+		return c, fmt.Errorf("RoPE scaling %q is not supported (only linear)", typ)
+	}
+	if emb, ok := f.Tensor("token_embd.weight"); ok && len(emb.Dims) == 2 {
+		c.Vocab = int(emb.Dims[1])
+	} else {
+		return c, fmt.Errorf("no 2-D tensor token_embd.weight in the file")
+	}
+	return c, nil
+}

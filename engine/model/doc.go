@@ -1,0 +1,20 @@
+// Package model provides the Llama family's forward pass (llama, qwen2) over
+// a batch of tokens from several sequences, with weights bound from a GGUF
+// file by name and K/V kept in paged blocks.
+//
+// A forward call takes rows of (token, position, block table, wants logits).
+// For each layer it normalises, projects Q, K and V for every row, rotates Q
+// and K (RoPE), writes each row's K and V into its sequence's block at
+// position/BlockSize, slot position%BlockSize, then lets every row attend to
+// positions 0..position of its own sequence through its block table. It
+// returns logits only for the rows that ask for them.
+//
+// Every row's arithmetic runs in an order that depends only on that row, its
+// sequence's cache and the weights, never on the other rows of the batch:
+// the result of a row is bit-identical whether it runs alone or batched.
+// Attention scores over all positions are gathered before the softmax, so
+// the sums also run in the same order whatever the block size.
+//
+// Weights are bound to the structs in weights.go by struct tags naming GGUF
+// tensors (as Ollama's Go models do), so the model code itself stays short.
+package model

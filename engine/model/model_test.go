@@ -1,0 +1,211 @@
+package model
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"kvscope/engine/internal/testdata"
+	"kvscope/engine/kvstore"
+	"kvscope/engine/sample"
+)
+
+// load opens a shared model, skipping the test when the data is missing.
+func load(t testing.TB, rel string) *Model {
+	t.Helper()
+	m, err := Load(testdata.Path(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// seq is one sequence with a contiguous block table, for tests.
+type seq struct {
+	kv     *kvstore.Store
+	blocks []int
+}
+
+func newSeq(t testing.TB, m *Model, blockSize, maxTokens int, p kvstore.Precision) *seq {
+	t.Helper()
+	n := (maxTokens + blockSize - 1) / blockSize
+	kv, err := kvstore.New(m.CacheConfig(blockSize, n, p, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &seq{kv: kv}
+	for i := range n {
+		s.blocks = append(s.blocks, i)
+	}
+	return s
+}
+
+// forward runs tokens at positions start.. and returns every row's logits.
+func (s *seq) forward(t testing.TB, m *Model, tokens []int, start int) [][]float32 {
+	t.Helper()
+	var b Batch
+	for i, tok := range tokens {
+		b.Add(tok, start+i, s.blocks, true)
+	}
+	logits, err := m.Forward(s.kv, &b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return logits
+}
+
+func perplexity(logits [][]float32, ids []int) float64 {
+	var nll float64
+	for i := 1; i < len(ids); i++ {
+		lp := sample.LogSoftmax(nil, logits[i-1])
+		nll -= float64(lp[ids[i]])
+	}
+	return math.Exp(nll / float64(len(ids)-1))
+}
+
+func TestStoriesGreedy(t *testing.T) {
+	m := load(t, "models/stories260K.gguf")
+	for _, c := range testdata.Greedy(t, testdata.Path(t, "reference/stories260K-greedy.txt")) {
+		t.Run(c.Prompt, func(t *testing.T) {
+			s := newSeq(t, m, 16, 256, kvstore.F16)
+			logits := s.forward(t, m, c.PromptIDs, 0)
+			next := sample.Greedy(logits[len(logits)-1])
+			var got []int
+			for pos := len(c.PromptIDs); len(got) < len(c.OutputIDs); pos++ {
+				got = append(got, next)
+				next = sample.Greedy(s.forward(t, m, []int{next}, pos)[0])
+			}
+			for i := range got {
+				if got[i] != c.OutputIDs[i] {
+					t.Fatalf("token %d: got %d, want %d\ngot  %v\nwant %v", i, got[i], c.OutputIDs[i], got, c.OutputIDs)
+				}
+			}
+		})
+	}
+}
+
+func TestStoriesTeacherForced(t *testing.T) {
+	m := load(t, "models/stories260K.gguf")
+	ids := testdata.IDs(t, testdata.Path(t, "reference/stories260K-textA.ids"))
+	want := testdata.Logits(t, testdata.Path(t, "reference/stories260K-textA.logits.f32"), m.Vocab)
+	s := newSeq(t, m, 16, len(ids), kvstore.F16)
+	got := s.forward(t, m, ids, 0)
+	rms, kl, err := testdata.Compare(got, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ppl := perplexity(got, ids)
+	t.Logf("textA: RMS %.3g of std, KL %.3g, perplexity %.4f", rms, kl, ppl)
+	if rms > 1e-3 {
+		t.Errorf("RMS difference %.3g of the reference's std, want ≤ 1e-3", rms)
+	}
+	if math.Abs(ppl-3.6615) > 0.001 {
+		t.Errorf("perplexity %.4f, want 3.6615 ± 0.001", ppl)
+	}
+}
+
+func TestParity(t *testing.T) {
+	dir := filepath.Join(testdata.Dir(), "models", "parity")
+	ids := testdata.IDs(t, testdata.Path(t, "models/parity/parity.ids"))
+	gpt2 := testdata.IDs(t, testdata.Path(t, "models/parity/parity-gpt2.ids"))
+	for _, typ := range []string{"f32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "qwen2-Q8_0"} {
+		t.Run(typ, func(t *testing.T) {
+			m := load(t, "models/parity/parity-"+typ+".gguf")
+			in := ids
+			if strings.HasPrefix(typ, "qwen2") {
+				in = gpt2
+			}
+			want := testdata.Logits(t, filepath.Join(dir, "parity-"+typ+".logits.f32"), m.Vocab)
+			s := newSeq(t, m, 16, len(in), kvstore.F16)
+			rms, kl, err := testdata.Compare(s.forward(t, m, in, 0), want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("parity-%-10s RMS %6.3f%% of std, mean KL %.2e", typ, 100*rms, kl)
+			if rms > 0.03 {
+				t.Errorf("RMS difference %.3g%% of std, want ≤ 3%%", 100*rms)
+			}
+			if kl > 1e-4 {
+				t.Errorf("mean KL %.3g, want ≤ 1e-4", kl)
+			}
+		})
+	}
+}
+
+// TestBatchInvariance checks that a row's logits are bit-identical whether
+// its sequence runs alone or batched with another sequence.
+func TestBatchInvariance(t *testing.T) {
+	m := load(t, "models/stories260K.gguf")
+	a := []int{1, 403, 407, 261, 378, 432, 383}
+	b := []int{1, 274, 287, 269, 345}
+	alone := newSeq(t, m, 4, 16, kvstore.F32).forward(t, m, a, 0)
+
+	kv, err := kvstore.New(m.CacheConfig(4, 8, kvstore.F32, kvstore.F32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta, tb := []int{5, 2, 7, 0}, []int{1, 3, 6, 4} // scattered blocks
+	var batch Batch
+	for i := range max(len(a), len(b)) {
+		if i < len(b) {
+			batch.Add(b[i], i, tb, true)
+		}
+		if i < len(a) {
+			batch.Add(a[i], i, ta, true)
+		}
+	}
+	logits, err := m.Forward(kv, &batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := 0
+	for i := range batch.Len() {
+		if batch.Blocks[i][0] != ta[0] {
+			continue
+		}
+		pos := batch.Pos[i]
+		for v := range logits[i] {
+			if logits[i][v] != alone[pos][v] {
+				t.Fatalf("position %d: batched logit %d = %v, alone %v", pos, v, logits[i][v], alone[pos][v])
+			}
+		}
+		j++
+	}
+	if j != len(a) {
+		t.Fatalf("checked %d rows, want %d", j, len(a))
+	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	m := load(t, "models/stories260K.gguf")
+	kv, err := kvstore.New(m.CacheConfig(4, 2, kvstore.F16, kvstore.F16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := kvstore.New(kvstore.Config{Layers: 1, KVHeads: 4, HeadDim: 8, BlockSize: 4, Blocks: 2, K: kvstore.F16, V: kvstore.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		kv   *kvstore.Store
+		b    Batch
+		want string
+	}{
+		{"empty", kv, Batch{}, "empty batch"},
+		{"bad token", kv, Batch{Tokens: []int{9999}, Pos: []int{0}, Blocks: [][]int{{0}}, Logits: []bool{true}}, "outside the vocabulary"},
+		{"no block", kv, Batch{Tokens: []int{1}, Pos: []int{8}, Blocks: [][]int{{0, 1}}, Logits: []bool{true}}, "has no block"},
+		{"block outside store", kv, Batch{Tokens: []int{1}, Pos: []int{0}, Blocks: [][]int{{7}}, Logits: []bool{true}}, "outside the store"},
+		{"ragged", kv, Batch{Tokens: []int{1}, Pos: []int{0, 1}}, "different lengths"},
+		{"wrong store shape", other, Batch{Tokens: []int{1}, Pos: []int{0}, Blocks: [][]int{{0}}, Logits: []bool{true}}, "the model needs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := m.Forward(tc.kv, &tc.b)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,27 @@
+// Package quant provides ggml's tensor types: their block layouts, and, in
+// pure Go, dequantization to float32, quantization from float32, dot
+// products of quantized rows with float32 activations, and a batched,
+// parallel matrix-vector product.
+//
+// Supported types (see Supported): F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_NL, with ggml's exact block
+// layouts, so GGUF tensor bytes are used as they are. The entry points are:
+//
+//   - Dequantize decodes a run of blocks to float32.
+//   - DotFunc returns the dot product of one quantized row with a float32
+//     vector, computed straight from the blocks.
+//   - MatMul multiplies a quantized matrix by one or more vectors on all
+//     cores; its result for a given (vector, row) is bit-identical whatever
+//     the batch size, so batching never changes a sequence's output.
+//   - Quantize encodes float32 values (reference encoders, for making test
+//     models and data; the K-quant encoders are simpler than llama.cpp's).
+//
+// The dot products accumulate in float32, block by block, in a fixed order,
+// and so differ from llama.cpp's (which rounds activations to 8 bits) by
+// less than the quantization error itself.
+//
+// We wrote this rather than binding ggml because the engine must run with
+// no C toolchain; it is kvscope's reference for every weight format it
+// reads, and its CPU fallback. The native library (native/) implements the
+// same operations faster, and tests compare the two.
+package quant

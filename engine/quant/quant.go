@@ -1,0 +1,127 @@
+package quant
+
+import "fmt"
+
+// kernel holds the operations kvscope implements for one type. quant is nil
+// for types that can be read but not written.
+//
+// Types whose blocks have minimums (x = d*q - m) need the sums of groups of
+// activations. For them dotSums takes those sums precomputed (sumGroup
+// elements per group), which MatMul does once per vector rather than once
+// per row; dot computes them itself with the same function, so both give
+// the same bits.
+type kernel struct {
+	dequant  func(src []byte, dst []float32)
+	dot      func(row []byte, x []float32) float32
+	quant    func(src []float32, dst []byte)
+	dotSums  func(row []byte, x, sums []float32) float32
+	sumGroup int
+}
+
+var kernels = map[Type]kernel{
+	F32:    {dequant: dequantF32, dot: dotF32, quant: quantF32},
+	F16:    {dequant: dequantF16, dot: dotF16, quant: quantF16},
+	BF16:   {dequant: dequantBF16, dot: dotBF16, quant: quantBF16},
+	Q8_0:   {dequant: dequantQ8_0, dot: dotQ8_0, quant: quantQ8_0},
+	Q4_0:   {dequant: dequantQ4_0, dot: dotQ4_0, quant: quantQ4_0},
+	Q4_1:   {dequantQ4_1, dotQ4_1, quantQ4_1, dotQ4_1Sums, 32},
+	Q5_0:   {dequant: dequantQ5_0, dot: dotQ5_0, quant: quantQ5_0},
+	Q5_1:   {dequantQ5_1, dotQ5_1, quantQ5_1, dotQ5_1Sums, 32},
+	Q2_K:   {dequantQ2_K, dotQ2_K, quantQ2_K, dotQ2_KSums, 16},
+	Q3_K:   {dequant: dequantQ3_K, dot: dotQ3_K, quant: quantQ3_K},
+	Q4_K:   {dequantQ4_K, dotQ4_K, quantQ4_K, dotQ4_KSums, 32},
+	Q5_K:   {dequantQ5_K, dotQ5_K, quantQ5_K, dotQ5_KSums, 32},
+	Q6_K:   {dequant: dequantQ6_K, dot: dotQ6_K, quant: quantQ6_K},
+	IQ4_NL: {dequant: dequantIQ4_NL, dot: dotIQ4_NL, quant: quantIQ4_NL},
+}
+
+// Supported reports whether kvscope can dequantize t and take dot products
+// with it.
+func Supported(t Type) bool {
+	_, ok := kernels[t]
+	return ok
+}
+
+// CanQuantize reports whether Quantize can write type t.
+func CanQuantize(t Type) bool {
+	k, ok := kernels[t]
+	return ok && k.quant != nil
+}
+
+func kernelFor(t Type) (kernel, error) {
+	k, ok := kernels[t]
+	if !ok {
+		return kernel{}, fmt.Errorf("tensor type %s is not supported", t)
+	}
+	return k, nil
+}
+
+// checkLengths verifies that n elements of t fit in a whole number of blocks
+// and take exactly nbytes bytes.
+func checkLengths(t Type, n, nbytes int) error {
+	bs := t.BlockSize()
+	if n%bs != 0 {
+		return fmt.Errorf("%s: %d elements are not a whole number of %d-element blocks", t, n, bs)
+	}
+	want := n / bs * t.TypeSize()
+	if nbytes != want {
+		return fmt.Errorf("%s: %d elements take %d bytes, got %d", t, n, want, nbytes)
+	}
+	return nil
+}
+
+// Dequantize decodes src, which holds len(dst) elements of type t, into
+// dst. len(dst) must be a multiple of t's block size and len(src) must be
+// exactly the bytes those elements take.
+func Dequantize(t Type, src []byte, dst []float32) error {
+	k, err := kernelFor(t)
+	if err != nil {
+		return err
+	}
+	if err := checkLengths(t, len(dst), len(src)); err != nil {
+		return fmt.Errorf("dequantize: %w", err)
+	}
+	k.dequant(src, dst)
+	return nil
+}
+
+// Quantize encodes src into dst as type t. len(src) must be a multiple of
+// t's block size and len(dst) must be exactly the bytes those elements take.
+// The K-quant encoders are simple reference encoders: they produce valid
+// blocks with small error, but not llama.cpp's bytes.
+func Quantize(t Type, src []float32, dst []byte) error {
+	k, err := kernelFor(t)
+	if err != nil {
+		return err
+	}
+	if k.quant == nil {
+		return fmt.Errorf("quantizing to %s is not supported", t)
+	}
+	if err := checkLengths(t, len(src), len(dst)); err != nil {
+		return fmt.Errorf("quantize: %w", err)
+	}
+	k.quant(src, dst)
+	return nil
+}
+
+// DotFunc returns the function that computes the dot product of one row of
+// type t (len(x) elements, stored in len(row) bytes) with the float32 vector
+// x, straight from the blocks. It sums each block in float32 in a fixed
+// order, so a given (row, x) always gives the same bits; it agrees with
+// Dequantize followed by a float32 dot product up to rounding.
+//
+// The returned function does not check its arguments: len(x) must be a
+// multiple of t's block size and len(row) must equal t.RowBytes(len(x)).
+// Violating this is a programming error and panics.
+func DotFunc(t Type) (func(row []byte, x []float32) float32, error) {
+	k, err := kernelFor(t)
+	if err != nil {
+		return nil, err
+	}
+	return k.dot, nil
+}
+
+// dotLenPanic reports a violated DotFunc contract.
+func dotLenPanic(t Type, nrow, nx int) {
+	panic(fmt.Sprintf("quant: %s dot product of a %d-byte row with %d activations: lengths do not match", t, nrow, nx))
+}

@@ -1,0 +1,67 @@
+// Package tokenizer provides the SentencePiece-style ("llama") and
+// byte-level BPE ("gpt2") tokenizers described by a GGUF file's
+// tokenizer.ggml.* metadata, matching llama.cpp's llama-vocab.cpp token for
+// token, and a streaming detokenizer.
+//
+// # Encoding
+//
+// Encode first splits special tokens out of the text (user-defined tokens
+// always, control tokens only with parseSpecial), longest first, as
+// llama.cpp's tokenizer_st_partition does. Each remaining piece of text is
+// then tokenized:
+//
+//   - SPM: spaces become "▁", a space is put in front of text that starts
+//     the input or follows a special token (tokenizer.ggml.add_space_prefix,
+//     default true), and adjacent symbols merge, highest token score first
+//     (leftmost on ties), starting from single characters. Characters that
+//     end up as no token are spelled in <0xNN> byte tokens (or <unk> when the
+//     vocabulary has none).
+//   - BPE: a pre-tokenizer chosen by tokenizer.ggml.pre cuts the text into
+//     words, each word's bytes are written in GPT-2's byte alphabet, and
+//     merges run inside each word, lowest rank first (leftmost on ties).
+//
+// Input that is not valid UTF-8 is tokenized as llama.cpp does: the BPE
+// pre-tokenizer reads each bad byte as U+FFFD, and SPM spells it in byte
+// tokens, so only valid UTF-8 is sure to come back unchanged from Decode.
+//
+// Both merge loops use a priority queue, and the vocabulary and merge
+// ranks are hash maps built once in New, so a 150,000-token vocabulary
+// costs nothing per call beyond map lookups.
+//
+// # Pre-tokenizers
+//
+// llama.cpp has hand-written splitters for the GPT-2 and Llama 3 patterns;
+// we port those (splitGPT2, splitLlama3) because llama.cpp's results, not the
+// regular expressions', are what must match. The other patterns (Qwen 2, the
+// "default" BPE steps, DeepSeek, StarCoder) need lookahead such as
+// \s+(?!\S), which Go's regexp (RE2) lacks, so they run on
+// github.com/dlclark/regexp2, a backtracking engine with the same
+// leftmost-first alternation as C++'s std::regex. Like llama.cpp, patterns
+// that use \p{L}, \p{N} ... run over "collapsed" text in which each
+// non-ASCII code point stands as one character per Unicode category, so the
+// patterns only need ASCII classes; \s is spelled out as ASCII whitespace,
+// as std::regex reads it. Code point categories come from Go's unicode
+// package (llama.cpp generates the same categories from UnicodeData.txt).
+//
+// # Decoding
+//
+// Piece shows a token's bytes with control tokens as text. Decode joins
+// pieces and leaves control and unknown tokens out (llama.cpp's detokenize
+// with special=false). A Decoder does the same one id at a time and never
+// returns part of a UTF-8 character. For SPM vocabularies with a space
+// prefix, the prefix Encode added is removed again: Decode drops the first
+// piece's leading space (after BOS, if the ids start with one); a Decoder
+// drops it only when the stream starts with BOS, because a stream without
+// BOS continues earlier text (generated tokens after a prompt) and its first
+// space is real. Unlike llama.cpp's detokenize, neither applies the BPE
+// "clean up tokenization spaces" rules, which are lossy.
+//
+// # Differences from llama.cpp
+//
+// Where llama.cpp would abort or throw, New and Encode do not: a missing
+// byte token falls back to <unk> (or is dropped without one). llama.cpp picks
+// the end-of-turn token by text in hash-map order when the metadata names
+// none; we prefer the texts in a fixed order (<|eot_id|>, <|im_end|>, ...).
+// Per-model token attributes that llama.cpp sets by model name (lstrip and
+// rstrip for Phi-3 and a few embedding models) are not applied.
+package tokenizer
