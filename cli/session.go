@@ -58,6 +58,9 @@ func (s *session) resetCache(cf cacheFlags) error {
 	if s.ctx <= 0 {
 		s.ctx = s.m.Context
 	}
+	if cf.blockSize < 1 || cf.blockSize > 256 {
+		return fmt.Errorf("--block-size %d: the block size must be 1 to 256 tokens", cf.blockSize)
+	}
 	n := (s.ctx + cf.blockSize - 1) / cf.blockSize
 	c := s.m.CacheConfig(cf.blockSize, n, kp, vp)
 	if err := c.Validate(); err != nil {

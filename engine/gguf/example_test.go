@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 
 	"kvscope/engine/gguf"
-	"kvscope/engine/internal/testdata"
+	"kvscope/internal/testdata"
 )
 
 func Example() {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"kvscope/engine/internal/testdata"
+	"kvscope/internal/testdata"
 	"kvscope/engine/quant"
 )
 

@@ -202,14 +202,15 @@ var ErrNoStorage = errors.New("kvcache: this operation moves K/V data and the ma
 // now. Nothing was changed; the caller may preempt a sequence and retry.
 type NoSpaceError struct {
 	Op        string // "allocate", "append", "fork", "swap in"
-	Seq       SeqID
-	Need      int // blocks needed
-	Available int // blocks free or evictable
+	Seq       SeqID  // the sequence that asked
+	Need      int    // blocks needed
+	Available int    // blocks free or evictable
 	// LargestRun is the longest run of free blocks (contiguous mode), when
 	// that, not the total, is what fell short: external fragmentation.
 	LargestRun int
 }
 
+// Error says what was needed and what the pool had.
 func (e *NoSpaceError) Error() string {
 	if e.Available >= e.Need {
 		return fmt.Sprintf("kvcache: no space to %s sequence %d: it needs %d adjacent blocks, %d are free but the longest free run is %d",
@@ -225,14 +226,15 @@ func (e *NoSpaceError) Is(target error) bool { return target == ErrNoSpace }
 // ContextLimitError says a sequence cannot take more tokens: its overflow
 // policy is Stop, or the policy cannot make room for so many tokens at once.
 type ContextLimitError struct {
-	Seq    SeqID
-	Limit  int // the sequence's context limit in tokens
-	Len    int // tokens it holds
-	Adding int // tokens asked for
-	Policy OverflowPolicy
-	Detail string // why the policy could not help, when it was not Stop
+	Seq    SeqID          // the sequence that is full
+	Limit  int            // the sequence's context limit in tokens
+	Len    int            // tokens it holds
+	Adding int            // tokens asked for
+	Policy OverflowPolicy // its overflow policy
+	Detail string         // why the policy could not help, when it was not Stop
 }
 
+// Error names the sequence, its limit and the policy.
 func (e *ContextLimitError) Error() string {
 	s := fmt.Sprintf("kvcache: sequence %d reached its context limit of %d tokens (holds %d, adding %d, overflow policy %s)",
 		e.Seq, e.Limit, e.Len, e.Adding, e.Policy)

@@ -23,11 +23,11 @@ import (
 // result's Start (or AllocResult.Computed) says from where the engine must
 // recompute every token, which gives exact K/V for the shortened text.
 type Overflow struct {
-	Policy                 OverflowPolicy
-	DroppedFrom, DroppedTo int // token indices removed, before removal
-	Shift                  int // RollingWindow: positions kept tokens moved down
-	RotateFrom, RotateTo   int // RollingWindow: indices, after removal, of keys to rotate by -Shift
-	Copied                 int // blocks copied to make the rotated blocks private
+	Policy                 OverflowPolicy // the policy that acted
+	DroppedFrom, DroppedTo int            // token indices removed, before removal
+	Shift                  int            // RollingWindow: positions kept tokens moved down
+	RotateFrom, RotateTo   int            // RollingWindow: indices, after removal, of keys to rotate by -Shift
+	Copied                 int            // blocks copied to make the rotated blocks private
 }
 
 func (m *Manager) sinkBlocks(sinks int) int { return (sinks + m.cfg.BlockSize - 1) / m.cfg.BlockSize }

@@ -13,13 +13,13 @@ import (
 // at the start, whose prompt and output lengths are lognormal with the
 // given means, drawn from a generator seeded with Seed.
 type Workload struct {
-	Name                    string
-	Requests                int
+	Name                    string  // shown in reports
+	Requests                int     // how many requests
 	InputMean, OutputMean   float64 // mean lengths in tokens (before clamping)
 	InputSigma, OutputSigma float64 // lognormal shape (standard deviation of the log)
 	MaxLen                  int     // context limit: prompt + output never exceed it
 	MaxOutput               int     // each request's max_tokens; contiguous mode reserves prompt + MaxOutput
-	Seed                    uint64
+	Seed                    uint64  // seeds lengths and token ids
 }
 
 // ShareGPTLike has the mean lengths the PagedAttention paper reports for
@@ -34,13 +34,13 @@ var AlpacaLike = Workload{Name: "alpaca-like", Requests: 1000, InputMean: 19, Ou
 
 // WasteReport is what ReplayWorkload measured.
 type WasteReport struct {
-	Workload     string
-	Allocator    Allocator
-	BlockSize    int
-	BudgetTokens int
-	Requests     int
-	MeanInput    float64 // realized mean prompt length
-	MeanOutput   float64 // realized mean output length
+	Workload     string    // Workload.Name
+	Allocator    Allocator // paged or contiguous
+	BlockSize    int       // tokens per block
+	BudgetTokens int       // pool size in token slots
+	Requests     int       // requests replayed
+	MeanInput    float64   // realized mean prompt length
+	MeanOutput   float64   // realized mean output length
 
 	// WastePercent is memory waste averaged over the replay's steps:
 	// (reserved slots holding no token + external fragmentation) over

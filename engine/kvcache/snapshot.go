@@ -61,38 +61,40 @@ type BlockInfo struct {
 
 // SeqInfo is one sequence at snapshot time.
 type SeqInfo struct {
-	ID         SeqID
-	Len        int   // tokens
-	Computed   int   // tokens with K/V written
-	Blocks     []int // device block table (nil while swapped)
-	HostBlocks []int // host block ids while swapped
-	Swapped    bool
-	MaxLen     int // context limit, 0: none
-	Overflow   OverflowPolicy
-	Private    bool // a rolling-window shift took its later blocks out of the prefix cache
+	ID         SeqID          // the sequence
+	Len        int            // tokens
+	Computed   int            // tokens with K/V written
+	Blocks     []int          // device block table (nil while swapped)
+	HostBlocks []int          // host block ids while swapped
+	Swapped    bool           // its blocks are in the host pool
+	MaxLen     int            // context limit, 0: none
+	Overflow   OverflowPolicy // its overflow policy
+	Private    bool           // a rolling-window shift took its later blocks out of the prefix cache
 }
 
 // Snapshot is an immutable copy of the manager's bookkeeping (never the
 // tensors). It shares nothing with the manager, so any goroutine may read it.
 type Snapshot struct {
-	Step      int64
-	BlockSize int
-	Allocator Allocator
-	Eviction  EvictionPolicy
-	Blocks    []BlockInfo // device blocks, by id
-	Host      []BlockInfo // host blocks, by id
-	Seqs      []SeqInfo   // by id
-	Metrics   Metrics
+	Step      int64          // the manager's step when taken
+	BlockSize int            // tokens per block
+	Allocator Allocator      // paged or contiguous
+	Eviction  EvictionPolicy // the eviction policy in force
+	Blocks    []BlockInfo    // device blocks, by id
+	Host      []BlockInfo    // host blocks, by id
+	Seqs      []SeqInfo      // by id
+	Metrics   Metrics        // gauges and counters
 }
 
 // Metrics are the cache's gauges and cumulative counters.
 type Metrics struct {
-	Step         int64
-	BlockSize    int
-	TotalBlocks  int
-	UsedBlocks   int
-	FreeBlocks   int
-	CachedBlocks int
+	Step          int64   // the manager's step
+	BlockSize     int     // tokens per block
+	BlockBytes    int     // bytes per block, all layers, K+V with scales
+	BytesPerToken float64 // BlockBytes / BlockSize: a token slot's cost at the configured precisions
+	TotalBlocks   int     // device blocks in the pool
+	UsedBlocks    int     // blocks owned by a sequence
+	FreeBlocks    int     // blocks with no owner and no cached contents
+	CachedBlocks  int     // blocks with no owner kept for prefix reuse (evictable)
 	// UsagePercent is UsedBlocks over TotalBlocks, in percent.
 	UsagePercent float64
 
@@ -113,22 +115,22 @@ type Metrics struct {
 	PrefixHitTokens   int64   // of them, tokens found
 	PrefixHitRate     float64 // hits over queries, 0 to 1
 
-	Evictions            int64
+	Evictions            int64 // cached blocks evicted
 	Preemptions          int64 // both modes
 	RecomputePreemptions int64 // including swap fallbacks
-	SwapPreemptions      int64
+	SwapPreemptions      int64 // preemptions that swapped
 	SwapFallbacks        int64 // swaps that fell back to recompute
-	SwapOutBytes         int64
-	SwapInBytes          int64
-	HostBlocks           int
-	HostBytes            int64
-	HostBudget           int64
+	SwapOutBytes         int64 // bytes saved to the host pool
+	SwapInBytes          int64 // bytes loaded back (cached blocks are reused, not loaded)
+	HostBlocks           int   // blocks in the host pool now
+	HostBytes            int64 // bytes in the host pool now
+	HostBudget           int64 // the host pool's bound
 	CoWCopies            int64 // blocks copied on write (and contiguous forks)
 	ShiftCopies          int64 // blocks moved by contiguous rolling windows
 	HashCollisions       int64 // hash matches whose tokens differed (cache misses)
 	Overflows            int64 // context-limit events handled by a policy
-	Sequences            int
-	SwappedSequences     int
+	Sequences            int   // sequences known (device or host)
+	SwappedSequences     int   // of them, swapped out
 }
 
 // Metrics returns the current gauges and counters. It is O(1) in paged mode
@@ -138,6 +140,7 @@ func (m *Manager) Metrics() Metrics {
 	bs := m.cfg.BlockSize
 	x := Metrics{
 		Step: m.step, BlockSize: bs, TotalBlocks: len(p.blocks),
+		BlockBytes: m.cfg.BlockBytes, BytesPerToken: float64(m.cfg.BlockBytes) / float64(bs),
 		UsedBlocks: p.nUsed, FreeBlocks: p.nFree, CachedBlocks: p.nCached,
 		ReservedSlots: p.nUsed * bs, FilledSlots: p.usedFilled,
 		LargestFreeRun:    p.largestRun(),

@@ -55,6 +55,25 @@ func (c Config) valueGroup() int {
 // Validate reports the first thing wrong with c, in words that name the
 // setting.
 func (c Config) Validate() error {
+	if err := c.checkShape(); err != nil {
+		return err
+	}
+	if c.Blocks < 1 {
+		return fmt.Errorf("kvstore: block count must be at least 1, got %d", c.Blocks)
+	}
+	if c.Blocks > maxStoreBytes {
+		return fmt.Errorf("kvstore: %d blocks is too many", c.Blocks)
+	}
+	bb := BlockBytes(c)
+	if int64(bb)*int64(c.Blocks) > maxStoreBytes {
+		return fmt.Errorf("kvstore: %d blocks of %d bytes exceed the %d-byte limit of one store", c.Blocks, bb, int64(maxStoreBytes))
+	}
+	return nil
+}
+
+// checkShape is Validate without the block count: what the size functions
+// need to compute.
+func (c Config) checkShape() error {
 	switch {
 	case c.Layers < 1:
 		return fmt.Errorf("kvstore: layer count must be at least 1, got %d", c.Layers)
@@ -64,8 +83,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("kvstore: head dimension must be at least 1, got %d", c.HeadDim)
 	case c.BlockSize < 1 || c.BlockSize > MaxBlockSize:
 		return fmt.Errorf("kvstore: block size must be between 1 and %d tokens, got %d", MaxBlockSize, c.BlockSize)
-	case c.Blocks < 1:
-		return fmt.Errorf("kvstore: block count must be at least 1, got %d", c.Blocks)
 	case !c.K.valid():
 		return fmt.Errorf("kvstore: unknown key precision %v", c.K)
 	case !c.V.valid():
@@ -78,13 +95,6 @@ func (c Config) Validate() error {
 	// Bound the sizes before multiplying them together.
 	if c.Layers > 1<<16 || c.KVHeads > 1<<16 || c.HeadDim > 1<<16 || c.KVHeads*c.HeadDim > 1<<20 {
 		return fmt.Errorf("kvstore: shape %d layers × %d KV heads × head dim %d is too large", c.Layers, c.KVHeads, c.HeadDim)
-	}
-	if c.Blocks > maxStoreBytes {
-		return fmt.Errorf("kvstore: %d blocks is too many", c.Blocks)
-	}
-	bb := BlockBytes(c)
-	if int64(bb)*int64(c.Blocks) > maxStoreBytes {
-		return fmt.Errorf("kvstore: %d blocks of %d bytes exceed the %d-byte limit of one store", c.Blocks, bb, int64(maxStoreBytes))
 	}
 	return nil
 }
@@ -156,14 +166,21 @@ func (s shape) bytes() int {
 // BlockBytes returns the bytes one block takes across all layers, K and V,
 // scales and zero points included: the figure a cache budget divides by. It
 // leaves out the f16 key residuals (see ResidualBytes) and the few bytes of
-// bookkeeping per block. c must have a valid shape.
+// bookkeeping per block. It ignores Blocks, and returns 0 when c's shape is
+// invalid (see Validate), as do the other size functions.
 func BlockBytes(c Config) int {
+	if c.checkShape() != nil {
+		return 0
+	}
 	return c.Layers * (shapeOf(c, c.K, true).bytes() + shapeOf(c, c.V, false).bytes())
 }
 
 // BytesPerToken returns BlockBytes divided by the block size: the storage one
 // token slot costs, for metrics tables.
 func BytesPerToken(c Config) float64 {
+	if c.checkShape() != nil {
+		return 0
+	}
 	return float64(BlockBytes(c)) / float64(c.BlockSize)
 }
 
@@ -181,6 +198,9 @@ func BytesPerToken(c Config) float64 {
 // group at a time, so a cache budget should count ResidualBytes once per
 // running sequence; SequenceBytes does.
 func ResidualBytes(c Config) int {
+	if c.checkShape() != nil {
+		return 0
+	}
 	switch c.K {
 	case Int8:
 		return c.Layers * c.KVHeads * c.keyGroup() * c.HeadDim
@@ -193,7 +213,7 @@ func ResidualBytes(c Config) int {
 // SequenceBytes returns the storage a sequence of n tokens holds: its blocks
 // and, when its last key group is partly filled, one residual slot.
 func SequenceBytes(c Config, n int) int {
-	if n <= 0 {
+	if n <= 0 || c.checkShape() != nil {
 		return 0
 	}
 	blocks := (n + c.BlockSize - 1) / c.BlockSize
@@ -208,6 +228,9 @@ func SequenceBytes(c Config, n int) int {
 // stored V value, of c's precisions, scales and zero points included
 // (residual slots excluded).
 func BitsPerValue(c Config) (k, v float64) {
+	if c.checkShape() != nil {
+		return 0, 0
+	}
 	n := float64(c.KVHeads * c.HeadDim * c.BlockSize)
 	return float64(8*shapeOf(c, c.K, true).bytes()) / n, float64(8*shapeOf(c, c.V, false).bytes()) / n
 }

@@ -28,6 +28,9 @@ func TestParsePrecision(t *testing.T) {
 			t.Errorf("ParsePrecision(%q): error %v, want one naming the input and listing the valid names", bad, err)
 		}
 	}
+	if got := Precisions(); len(got) != len(allPrecisions) || got[0] != F32 || got[len(got)-1] != FP8 {
+		t.Errorf("Precisions() = %v, want %v", got, allPrecisions)
+	}
 	if s := Precision(99).String(); s != "Precision(99)" {
 		t.Errorf("Precision(99).String() = %q", s)
 	}
@@ -110,6 +113,16 @@ func TestBlockBytes(t *testing.T) {
 		}
 		if kb, vb := BitsPerValue(c); kb != tc.kBits || vb != tc.vBits {
 			t.Errorf("%v/%v: BitsPerValue = %v, %v; want %v, %v", tc.k, tc.v, kb, vb, tc.kBits, tc.vBits)
+		}
+	}
+	// The size functions need no block count, and give 0 for a bad shape.
+	if got := BlockBytes(stories(32, 0, F16, F16)); got != 20480 {
+		t.Errorf("BlockBytes without a block count = %d, want 20480", got)
+	}
+	for _, bad := range []Config{{}, stories(0, 1, F16, F16), stories(32, 1, Int4, 9), {Layers: 1, KVHeads: 1, HeadDim: -3, BlockSize: 4}} {
+		kb, vb := BitsPerValue(bad)
+		if BlockBytes(bad) != 0 || BytesPerToken(bad) != 0 || ResidualBytes(bad) != 0 || SequenceBytes(bad, 100) != 0 || kb != 0 || vb != 0 {
+			t.Errorf("size functions of invalid config %+v are not all 0", bad)
 		}
 	}
 	c := stories(32, 1, Int4, Int4)

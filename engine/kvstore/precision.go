@@ -39,6 +39,16 @@ func (p Precision) valid() bool { return p < numPrecisions }
 // tokens, and so keep an f16 residual while their group fills.
 func (p Precision) keyResidual() bool { return p == Int8 || p == Int4 }
 
+// Precisions returns every precision, in the order of their constants, for
+// command-line help and tables.
+func Precisions() []Precision {
+	out := make([]Precision, numPrecisions)
+	for i := range out {
+		out[i] = Precision(i)
+	}
+	return out
+}
+
 // ParsePrecision returns the precision named s (case-insensitive): one of
 // f32, f16, bf16, q8_0, int8, int4, fp8.
 func ParsePrecision(s string) (Precision, error) {

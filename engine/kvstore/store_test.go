@@ -578,3 +578,54 @@ func TestH2F(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLoad feeds Load corrupted and truncated saved blocks: it must return
+// an error or load them, never panic, and a loaded block must save back to
+// the same bytes.
+func FuzzLoad(f *testing.F) {
+	c := Config{Layers: 2, KVHeads: 2, HeadDim: 4, BlockSize: 12, Blocks: 2, K: Int4, V: FP8, KeyGroup: 8}
+	s, err := New(c)
+	if err != nil {
+		f.Fatal(err)
+	}
+	keys, vals := gen(c, 2, 12)
+	fill(s, 0, keys, vals, 0, 10)
+	saved := s.Save(0, nil)
+	f.Add(saved)
+	f.Add(saved[:len(saved)/2])
+	f.Add(saved[:headerLen])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := s.Load(1, data); err != nil {
+			return
+		}
+		if again := s.Save(1, nil); string(again) != string(data) {
+			t.Fatalf("block loaded from %d bytes saves back as %d different bytes", len(data), len(again))
+		}
+	})
+}
+
+// TestLoadCorrupt flips bytes of saved blocks and cuts them short, for every
+// precision: Load must never panic.
+func TestLoadCorrupt(t *testing.T) {
+	for _, p := range allPrecisions {
+		c := Config{Layers: 2, KVHeads: 2, HeadDim: 4, BlockSize: 12, Blocks: 2, K: p, V: p, KeyGroup: 8}
+		s, _ := New(c)
+		keys, vals := gen(c, 3, 12)
+		fill(s, 0, keys, vals, 0, 10)
+		saved := s.Save(0, nil)
+		rng := newKeyGen(uint64(p), 1).rng
+		for i := range 300 {
+			data := append([]byte(nil), saved...)
+			if i%3 == 0 {
+				data = data[:rng.IntN(len(data))]
+			} else {
+				data[rng.IntN(len(data))] ^= byte(1 + rng.IntN(255))
+			}
+			if err := s.Load(1, data); err == nil {
+				if again := s.Save(1, nil); string(again) != string(data) {
+					t.Fatalf("%v: a corrupted block loaded but saves back differently", p)
+				}
+			}
+		}
+	}
+}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"kvscope/engine/internal/testdata"
+	"kvscope/internal/testdata"
 	"kvscope/engine/kvstore"
 	"kvscope/engine/sample"
 )

@@ -29,6 +29,10 @@ var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
 func halfAt(b []byte) float32 { return f16Table[uint16(b[0])|uint16(b[1])<<8] }
 
 func dequantF32(src []byte, dst []float32) {
+	if w, ok := f32View(src); ok {
+		copy(dst, w)
+		return
+	}
 	for i := range dst {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 	}

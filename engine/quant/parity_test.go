@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"kvscope/engine/gguf"
-	"kvscope/engine/internal/testdata"
+	"kvscope/internal/testdata"
 	"kvscope/engine/quant"
 )
 
@@ -166,4 +166,53 @@ func relRMS(got, want []float32) float64 {
 		return math.Sqrt(num)
 	}
 	return math.Sqrt(num / den)
+}
+
+// TestQuantizeMatchesLlamaCpp re-encodes the f32 parity model with Quantize
+// and compares the bytes with llama-quantize's output. For these types our
+// encoders follow ggml's reference encoders, so every byte must match.
+// (IQ4_NL and the K-quants use simpler encoders than llama.cpp's search.)
+func TestQuantizeMatchesLlamaCpp(t *testing.T) {
+	ref, err := gguf.Open(testdata.Path(t, "models/parity/parity-f32.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	for _, ty := range []quant.Type{quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1} {
+		t.Run(ty.String(), func(t *testing.T) {
+			f, err := gguf.Open(testdata.Path(t, "models/parity/parity-"+ty.String()+".gguf"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			checked := 0
+			for i := range f.Tensors {
+				ti := &f.Tensors[i]
+				if ti.Type != ty {
+					continue
+				}
+				rt, ok := ref.Tensor(ti.Name)
+				if !ok {
+					t.Fatalf("tensor %s is not in the f32 file", ti.Name)
+				}
+				src := dequantizeTensor(t, ref, rt)
+				got := make([]byte, ti.Size)
+				if err := quant.Quantize(ty, src, got); err != nil {
+					t.Fatalf("%s: %v", ti.Name, err)
+				}
+				want := f.TensorData(ti)
+				for j := range got {
+					if got[j] != want[j] {
+						t.Errorf("%s: byte %d (block %d) is %#02x, llama.cpp wrote %#02x", ti.Name, j, j/ty.TypeSize(), got[j], want[j])
+						break
+					}
+				}
+				checked += len(got)
+			}
+			if checked == 0 {
+				t.Fatalf("no %s tensors in the file", ty)
+			}
+			t.Logf("%s: %d bytes identical to llama.cpp's", ty, checked)
+		})
+	}
 }

@@ -24,13 +24,13 @@ var kernels = map[Type]kernel{
 	BF16:   {dequant: dequantBF16, dot: dotBF16, quant: quantBF16},
 	Q8_0:   {dequant: dequantQ8_0, dot: dotQ8_0, quant: quantQ8_0},
 	Q4_0:   {dequant: dequantQ4_0, dot: dotQ4_0, quant: quantQ4_0},
-	Q4_1:   {dequantQ4_1, dotQ4_1, quantQ4_1, dotQ4_1Sums, 32},
+	Q4_1:   {dequant: dequantQ4_1, dot: dotQ4_1, quant: quantQ4_1, dotSums: dotQ4_1Sums, sumGroup: 32},
 	Q5_0:   {dequant: dequantQ5_0, dot: dotQ5_0, quant: quantQ5_0},
-	Q5_1:   {dequantQ5_1, dotQ5_1, quantQ5_1, dotQ5_1Sums, 32},
-	Q2_K:   {dequantQ2_K, dotQ2_K, quantQ2_K, dotQ2_KSums, 16},
+	Q5_1:   {dequant: dequantQ5_1, dot: dotQ5_1, quant: quantQ5_1, dotSums: dotQ5_1Sums, sumGroup: 32},
+	Q2_K:   {dequant: dequantQ2_K, dot: dotQ2_K, quant: quantQ2_K, dotSums: dotQ2_KSums, sumGroup: 16},
 	Q3_K:   {dequant: dequantQ3_K, dot: dotQ3_K, quant: quantQ3_K},
-	Q4_K:   {dequantQ4_K, dotQ4_K, quantQ4_K, dotQ4_KSums, 32},
-	Q5_K:   {dequantQ5_K, dotQ5_K, quantQ5_K, dotQ5_KSums, 32},
+	Q4_K:   {dequant: dequantQ4_K, dot: dotQ4_K, quant: quantQ4_K, dotSums: dotQ4_KSums, sumGroup: 32},
+	Q5_K:   {dequant: dequantQ5_K, dot: dotQ5_K, quant: quantQ5_K, dotSums: dotQ5_KSums, sumGroup: 32},
 	Q6_K:   {dequant: dequantQ6_K, dot: dotQ6_K, quant: quantQ6_K},
 	IQ4_NL: {dequant: dequantIQ4_NL, dot: dotIQ4_NL, quant: quantIQ4_NL},
 }
@@ -87,8 +87,10 @@ func Dequantize(t Type, src []byte, dst []float32) error {
 
 // Quantize encodes src into dst as type t. len(src) must be a multiple of
 // t's block size and len(dst) must be exactly the bytes those elements take.
-// The K-quant encoders are simple reference encoders: they produce valid
-// blocks with small error, but not llama.cpp's bytes.
+// For F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 the bytes are those
+// llama.cpp's reference encoders write. The IQ4_NL and K-quant encoders are
+// simpler than llama.cpp's: they produce valid blocks with small error (see
+// the package tests for figures), but not llama.cpp's bytes.
 func Quantize(t Type, src []float32, dst []byte) error {
 	k, err := kernelFor(t)
 	if err != nil {

@@ -243,3 +243,35 @@ func TestMatMulEmpty(t *testing.T) {
 		t.Errorf("zero vectors: %v", err)
 	}
 }
+
+// TestDotF32Unaligned checks that an F32 row that cannot be read in place
+// (odd address) gives the same dot product and values as an aligned one.
+func TestDotF32Unaligned(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, n := range []int{1, 7, 32, 100, 1024} {
+		row := randomRow(r, F32, n)
+		x := gaussian(r, n, 1)
+		buf := make([]byte, len(row)+1)
+		odd := buf[1:]
+		copy(odd, row)
+		if _, ok := f32View(odd); ok {
+			t.Fatal("f32View accepted an odd address")
+		}
+		a, b := dotF32(row, x), dotF32(odd, x)
+		if math.Float32bits(a) != math.Float32bits(b) {
+			t.Errorf("n=%d: aligned %g, unaligned %g", n, a, b)
+		}
+		w1, w2 := make([]float32, n), make([]float32, n)
+		if err := Dequantize(F32, row, w1); err != nil {
+			t.Fatal(err)
+		}
+		if err := Dequantize(F32, odd, w2); err != nil {
+			t.Fatal(err)
+		}
+		for i := range w1 {
+			if math.Float32bits(w1[i]) != math.Float32bits(w2[i]) {
+				t.Fatalf("n=%d: Dequantize differs at %d: %g vs %g", n, i, w1[i], w2[i])
+			}
+		}
+	}
+}

@@ -5,11 +5,13 @@ import (
 	"math"
 )
 
-// The encoders follow ggml's reference (non-imatrix) encoders for the 32-
-// element formats. The K-quant encoders are simpler than llama.cpp's: each
-// sub-block takes its range (or absolute maximum) as its scale, the
-// sub-block scales are rounded to the format's bits, and every value is
-// rounded to the nearest level of its rounded scale.
+// The encoders for F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 follow ggml's
+// reference encoders and produce the same bytes as llama-quantize without an
+// importance matrix (TestQuantizeMatchesLlamaCpp checks this). IQ4_NL tries a
+// few scales and keeps the best. The K-quant encoders are simpler than
+// llama.cpp's: each sub-block takes its range (or absolute maximum) as its
+// scale, the sub-block scales are rounded to the format's bits, and every
+// value is rounded to the nearest level of its rounded scale.
 
 // putHalf stores f as a half at b[0:2] and returns the value stored.
 func putHalf(b []byte, f float32) float32 {

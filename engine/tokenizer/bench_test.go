@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"kvscope/engine/gguf"
-	"kvscope/engine/internal/testdata"
+	"kvscope/internal/testdata"
 )
 
 var benchText = strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park; naïve café — 1234567!\n", 90) // about 10 KB

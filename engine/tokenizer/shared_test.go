@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"kvscope/engine/gguf"
-	"kvscope/engine/internal/testdata"
+	"kvscope/internal/testdata"
 )
 
 // loadShared builds the tokenizer of a shared GGUF file (skipping the test

@@ -1,0 +1,51 @@
+# kvscope: `make run` opens the app, `make test` runs every check.
+# Both install what a fresh Debian/Ubuntu machine with Go lacks.
+
+GO       ?= go
+BIN      := kvscope
+TESTDATA ?= $(if $(KVSCOPE_TESTDATA),$(KVSCOPE_TESTDATA),../shared)
+MODEL    ?= $(TESTDATA)/models/stories260K.gguf
+# System packages Fyne needs to build (cgo, OpenGL and X11 headers).
+APT_PKGS := gcc pkg-config libgl1-mesa-dev xorg-dev
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build run test fuzz bench clean
+
+all: build
+
+# deps installs the missing system packages with apt-get.
+deps:
+	@missing=""; for p in $(APT_PKGS); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages:$$missing"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+build: deps
+	$(GO) build -o $(BIN) .
+
+run: build
+	./$(BIN) $(if $(wildcard $(MODEL)),-m $(MODEL))
+
+# test: vet, the whole suite (engine packages under the race detector), and
+# a few seconds of fuzzing the GGUF reader.
+test: deps
+	$(GO) vet ./...
+	$(GO) test -race ./engine/...
+	$(GO) test . ./cli/... ./app/...
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 5s ./engine/gguf
+
+fuzz: deps
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s ./engine/gguf
+
+# bench prints kernel throughput (GB/s against the machine's read bandwidth)
+# and model speed in tokens/s.
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 2x ./engine/model
+	$(GO) test -run '^$$' -bench 'MatMul' ./engine/quant
+
+clean:
+	rm -f $(BIN)
