@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"kvscope/internal/testdata"
+	"kvscope/internal/testshared"
 )
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -20,8 +20,8 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestPerplexityCommand(t *testing.T) {
-	m := testdata.Path(t, "models/stories260K.gguf")
-	f := testdata.Path(t, "reference/stories260K-textA.txt")
+	m := testshared.Path(t, "models/stories260K.gguf")
+	f := testshared.Path(t, "reference/stories260K-textA.txt")
 	code, out, errOut := run(t, "perplexity", "-m", m, "-f", f)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -41,8 +41,8 @@ func TestPerplexityCommand(t *testing.T) {
 }
 
 func TestRunGreedyMatchesLlamaCpp(t *testing.T) {
-	m := testdata.Path(t, "models/stories260K.gguf")
-	c := testdata.Greedy(t, testdata.Path(t, "reference/stories260K-greedy.txt"))[0]
+	m := testshared.Path(t, "models/stories260K.gguf")
+	c := testshared.Greedy(t, testshared.Path(t, "reference/stories260K-greedy.txt"))[0]
 	code, out, errOut := run(t, "run", "-m", m, "-p", c.Prompt, "-n", "60", "--temp", "0")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -61,7 +61,7 @@ func TestRunGreedyMatchesLlamaCpp(t *testing.T) {
 }
 
 func TestRunSeedReproducible(t *testing.T) {
-	m := testdata.Path(t, "models/stories260K.gguf")
+	m := testshared.Path(t, "models/stories260K.gguf")
 	_, a, _ := run(t, "run", "-m", m, "-p", "Tom", "-n", "30", "--seed", "7")
 	_, b, _ := run(t, "run", "-m", m, "-p", "Tom", "-n", "30", "--seed", "7")
 	if a != b || len(a) < 10 {
@@ -70,7 +70,7 @@ func TestRunSeedReproducible(t *testing.T) {
 }
 
 func TestTokenizeCommand(t *testing.T) {
-	m := testdata.Path(t, "models/stories260K.gguf")
+	m := testshared.Path(t, "models/stories260K.gguf")
 	for _, tc := range []struct {
 		args []string
 		want []int
@@ -111,7 +111,7 @@ func equal(a, b []int) bool {
 }
 
 func TestInfoCommand(t *testing.T) {
-	m := testdata.Path(t, "models/stories260K.gguf")
+	m := testshared.Path(t, "models/stories260K.gguf")
 	code, out, errOut := run(t, "info", "-m", m)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -124,7 +124,7 @@ func TestInfoCommand(t *testing.T) {
 }
 
 func TestCommandErrors(t *testing.T) {
-	m := testdata.Path(t, "models/stories260K.gguf")
+	m := testshared.Path(t, "models/stories260K.gguf")
 	dir := t.TempDir()
 	broken := filepath.Join(dir, "broken.gguf")
 	os.WriteFile(broken, []byte("GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff"), 0o644)

@@ -5,11 +5,11 @@ import (
 	"path/filepath"
 
 	"kvscope/engine/gguf"
-	"kvscope/internal/testdata"
+	"kvscope/internal/testshared"
 )
 
 func Example() {
-	f, err := gguf.Open(filepath.Join(testdata.Dir(), "models", "stories260K.gguf"))
+	f, err := gguf.Open(filepath.Join(testshared.Dir(), "models", "stories260K.gguf"))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"kvscope/internal/testdata"
 	"kvscope/engine/quant"
+	"kvscope/internal/testshared"
 )
 
 // builder writes GGUF files for tests, field by field, so that tests can make
@@ -267,7 +267,7 @@ func TestSharedModels(t *testing.T) {
 		{"models/parity/parity-qwen2-Q8_0.gguf", "qwen2", 0, 2},
 	} {
 		t.Run(filepath.Base(tc.file), func(t *testing.T) {
-			f, err := Open(testdata.Path(t, tc.file))
+			f, err := Open(testshared.Path(t, tc.file))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -296,7 +296,7 @@ func TestSharedModels(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add(validFile())
 	for _, name := range []string{"models/stories260K.gguf", "testdata/tokenizer/ggml-vocab-gpt-2.gguf"} {
-		if b, err := os.ReadFile(filepath.Join(testdata.Dir(), name)); err == nil {
+		if b, err := os.ReadFile(filepath.Join(testshared.Dir(), name)); err == nil {
 			if len(b) > 1<<20 {
 				b = b[:1<<20] // large seeds slow the fuzzer down; their head is what matters
 			}

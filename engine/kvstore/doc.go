@@ -108,8 +108,8 @@
 // user or a file can get wrong.
 //
 // Save writes a block as a little-endian byte string: a header with the
-// store's shape and precisions, then per layer the K data, scales, zero
-// points and (Int8/Int4 keys) slot masks, then each key group's residual
-// flag and slot, then the same for V. Load checks it all before changing the
-// block.
+// store's shape and precisions, then per layer the K data, scales and zero
+// points (for Int8/Int4 keys also the slot mask and, per key group, a
+// residual flag and slot), then the same for V. Load checks it all before
+// changing the block.
 package kvstore

@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"kvscope/internal/testdata"
 	"kvscope/engine/kvstore"
 	"kvscope/engine/sample"
+	"kvscope/internal/testshared"
 )
 
 // load opens a shared model, skipping the test when the data is missing.
 func load(t testing.TB, rel string) *Model {
 	t.Helper()
-	m, err := Load(testdata.Path(t, rel))
+	m, err := Load(testshared.Path(t, rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func perplexity(logits [][]float32, ids []int) float64 {
 
 func TestStoriesGreedy(t *testing.T) {
 	m := load(t, "models/stories260K.gguf")
-	for _, c := range testdata.Greedy(t, testdata.Path(t, "reference/stories260K-greedy.txt")) {
+	for _, c := range testshared.Greedy(t, testshared.Path(t, "reference/stories260K-greedy.txt")) {
 		t.Run(c.Prompt, func(t *testing.T) {
 			s := newSeq(t, m, 16, 256, kvstore.F16)
 			logits := s.forward(t, m, c.PromptIDs, 0)
@@ -88,11 +88,11 @@ func TestStoriesGreedy(t *testing.T) {
 
 func TestStoriesTeacherForced(t *testing.T) {
 	m := load(t, "models/stories260K.gguf")
-	ids := testdata.IDs(t, testdata.Path(t, "reference/stories260K-textA.ids"))
-	want := testdata.Logits(t, testdata.Path(t, "reference/stories260K-textA.logits.f32"), m.Vocab)
+	ids := testshared.IDs(t, testshared.Path(t, "reference/stories260K-textA.ids"))
+	want := testshared.Logits(t, testshared.Path(t, "reference/stories260K-textA.logits.f32"), m.Vocab)
 	s := newSeq(t, m, 16, len(ids), kvstore.F16)
 	got := s.forward(t, m, ids, 0)
-	rms, kl, err := testdata.Compare(got, want)
+	rms, kl, err := testshared.Compare(got, want)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,9 +107,9 @@ func TestStoriesTeacherForced(t *testing.T) {
 }
 
 func TestParity(t *testing.T) {
-	dir := filepath.Join(testdata.Dir(), "models", "parity")
-	ids := testdata.IDs(t, testdata.Path(t, "models/parity/parity.ids"))
-	gpt2 := testdata.IDs(t, testdata.Path(t, "models/parity/parity-gpt2.ids"))
+	dir := filepath.Join(testshared.Dir(), "models", "parity")
+	ids := testshared.IDs(t, testshared.Path(t, "models/parity/parity.ids"))
+	gpt2 := testshared.IDs(t, testshared.Path(t, "models/parity/parity-gpt2.ids"))
 	for _, typ := range []string{"f32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "qwen2-Q8_0"} {
 		t.Run(typ, func(t *testing.T) {
 			m := load(t, "models/parity/parity-"+typ+".gguf")
@@ -117,9 +117,9 @@ func TestParity(t *testing.T) {
 			if strings.HasPrefix(typ, "qwen2") {
 				in = gpt2
 			}
-			want := testdata.Logits(t, filepath.Join(dir, "parity-"+typ+".logits.f32"), m.Vocab)
+			want := testshared.Logits(t, filepath.Join(dir, "parity-"+typ+".logits.f32"), m.Vocab)
 			s := newSeq(t, m, 16, len(in), kvstore.F16)
-			rms, kl, err := testdata.Compare(s.forward(t, m, in, 0), want)
+			rms, kl, err := testshared.Compare(s.forward(t, m, in, 0), want)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"kvscope/engine/gguf"
-	"kvscope/internal/testdata"
 	"kvscope/engine/quant"
+	"kvscope/internal/testshared"
 )
 
 // parityBound is the largest relative RMS error accepted for a tensor
@@ -59,7 +59,7 @@ func dequantizeTensor(t *testing.T, f *gguf.File, ti *gguf.TensorInfo) []float32
 // checks DotFunc and MatMul on the first rows of each tensor against the
 // dequantized values.
 func TestParityFiles(t *testing.T) {
-	ref, err := gguf.Open(testdata.Path(t, "models/parity/parity-f32.gguf"))
+	ref, err := gguf.Open(testshared.Path(t, "models/parity/parity-f32.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestParityFiles(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	for _, name := range files {
 		t.Run(name, func(t *testing.T) {
-			f, err := gguf.Open(testdata.Path(t, "models/parity/parity-"+name+".gguf"))
+			f, err := gguf.Open(testshared.Path(t, "models/parity/parity-"+name+".gguf"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,14 +173,14 @@ func relRMS(got, want []float32) float64 {
 // encoders follow ggml's reference encoders, so every byte must match.
 // (IQ4_NL and the K-quants use simpler encoders than llama.cpp's search.)
 func TestQuantizeMatchesLlamaCpp(t *testing.T) {
-	ref, err := gguf.Open(testdata.Path(t, "models/parity/parity-f32.gguf"))
+	ref, err := gguf.Open(testshared.Path(t, "models/parity/parity-f32.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ref.Close()
 	for _, ty := range []quant.Type{quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1} {
 		t.Run(ty.String(), func(t *testing.T) {
-			f, err := gguf.Open(testdata.Path(t, "models/parity/parity-"+ty.String()+".gguf"))
+			f, err := gguf.Open(testshared.Path(t, "models/parity/parity-"+ty.String()+".gguf"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"kvscope/engine/gguf"
-	"kvscope/internal/testdata"
+	"kvscope/internal/testshared"
 )
 
 var benchText = strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park; naïve café — 1234567!\n", 90) // about 10 KB
@@ -39,7 +39,7 @@ func BenchmarkDecode(b *testing.B) {
 
 // Building the GPT-2 tokenizer (50,257 tokens, 50,000 merges) from an open file.
 func BenchmarkFromGGUFGPT2(b *testing.B) {
-	f, err := gguf.Open(testdata.Path(b, "testdata/tokenizer/ggml-vocab-gpt-2.gguf"))
+	f, err := gguf.Open(testshared.Path(b, "testdata/tokenizer/ggml-vocab-gpt-2.gguf"))
 	if err != nil {
 		b.Fatal(err)
 	}

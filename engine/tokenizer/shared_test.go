@@ -8,14 +8,14 @@ import (
 	"testing"
 
 	"kvscope/engine/gguf"
-	"kvscope/internal/testdata"
+	"kvscope/internal/testshared"
 )
 
 // loadShared builds the tokenizer of a shared GGUF file (skipping the test
 // when the shared data is absent).
 func loadShared(t testing.TB, rel string) *Tokenizer {
 	t.Helper()
-	f, err := gguf.Open(testdata.Path(t, rel))
+	f, err := gguf.Open(testshared.Path(t, rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +46,11 @@ func parseIDs(t *testing.T, s string) []int {
 // ids, one line per input.
 func readVocabCases(t *testing.T, base string) (inputs []string, want [][]int) {
 	t.Helper()
-	inp, err := os.ReadFile(testdata.Path(t, base+".inp"))
+	inp, err := os.ReadFile(testshared.Path(t, base+".inp"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := os.ReadFile(testdata.Path(t, base+".out"))
+	out, err := os.ReadFile(testshared.Path(t, base+".out"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestLlamaCppVocabRoundTrip(t *testing.T) {
 // the text of their outputs.
 func TestStories260KGreedyReference(t *testing.T) {
 	tok := loadShared(t, "models/stories260K.gguf")
-	data, err := os.ReadFile(testdata.Path(t, "reference/stories260K-greedy.txt"))
+	data, err := os.ReadFile(testshared.Path(t, "reference/stories260K-greedy.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,11 +196,11 @@ func TestStories260KGreedyReference(t *testing.T) {
 // stories260K-textA.txt encodes (with BOS) to stories260K-textA.ids.
 func TestStories260KTextA(t *testing.T) {
 	tok := loadShared(t, "models/stories260K.gguf")
-	text, err := os.ReadFile(testdata.Path(t, "reference/stories260K-textA.txt"))
+	text, err := os.ReadFile(testshared.Path(t, "reference/stories260K-textA.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	idsText, err := os.ReadFile(testdata.Path(t, "reference/stories260K-textA.ids"))
+	idsText, err := os.ReadFile(testshared.Path(t, "reference/stories260K-textA.ids"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
-// Package testdata locates the project's shared, read-only test data
+// Package testshared locates the project's shared, read-only test data
 // (../shared beside the checkout, or $KVSCOPE_TESTDATA) for tests.
-package testdata
+package testshared
 
 import (
 	"os"
