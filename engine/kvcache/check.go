@@ -198,6 +198,15 @@ func (m *Manager) Check() error {
 			return fmt.Errorf("block %d: owners %v, but block tables list it for %v", id, got, want)
 		}
 	}
+	swapped := 0
+	for _, s := range m.seqs {
+		if s.swapped {
+			swapped++
+		}
+	}
+	if swapped != m.nSwapped {
+		return fmt.Errorf("%d sequences swapped out, %d recorded", swapped, m.nSwapped)
+	}
 	if len(hostSeen) != len(m.host) {
 		return fmt.Errorf("host pool: %d blocks, %d belong to swapped sequences", len(m.host), len(hostSeen))
 	}

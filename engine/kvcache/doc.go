@@ -34,7 +34,11 @@
 //   - Commit(seq, n) after the forward pass says the first n tokens' K/V
 //     are written; only then do full blocks enter the prefix cache, so a
 //     request can never reuse a block whose K/V are not there yet.
+//   - Chunked prefill: Allocate the whole prompt once, then compute it a
+//     chunk per step, calling Commit(seq, computedSoFar) after each.
 //   - Tick() once per engine step; Free(seq) when a sequence ends.
+//     CachedPrefix and FreeBlocks let a scheduler check admission (with its
+//     watermark) before calling Allocate.
 //
 // Every method either does all of its work or, on error, changes nothing.
 // A *NoSpaceError (errors.Is(err, ErrNoSpace)) means the pool is full: the

@@ -76,6 +76,8 @@ type Manager struct {
 	serial uint64 // release serial (LRU ties)
 	events *EventLog
 	c      counters
+
+	nSwapped int // sequences swapped out
 }
 
 // AllocResult says what Allocate did.
@@ -352,21 +354,45 @@ func (m *Manager) Allocate(id SeqID, tokens []int32, opts SeqOptions) (AllocResu
 		m.fill(s, 0, m.BlocksFor(len(s.tokens)))
 		m.seqs[id] = s
 		m.emit(EventAlloc, id, slices.Clone(s.blocks), len(s.tokens), 0, fmt.Sprintf("reserved %d tokens contiguously", n*bs))
-		return AllocResult{Computed: 0, Overflow: ov}, nil
+	} else {
+		hits, err := m.place(s, 0, "allocate")
+		if err != nil {
+			return AllocResult{}, err
+		}
+		m.seqs[id] = s
+		m.c.prefixQueries += int64(len(s.tokens))
+		m.c.prefixHits += int64(hits * bs)
 	}
-	hits, err := m.place(s, 0, "allocate")
-	if err != nil {
-		return AllocResult{}, err
-	}
-	m.seqs[id] = s
-	m.c.prefixQueries += int64(len(s.tokens))
-	m.c.prefixHits += int64(hits * bs)
 	if ov != nil {
 		m.c.overflows++
 		m.emit(EventOverflow, id, nil, ov.DroppedTo-ov.DroppedFrom, 0,
 			fmt.Sprintf("prompt of %d tokens exceeds the context limit of %d; dropped tokens %d to %d", len(tokens), limit, ov.DroppedFrom, ov.DroppedTo-1))
 	}
 	return AllocResult{Computed: s.computed, Overflow: ov}, nil
+}
+
+// CachedPrefix returns how many leading tokens of a prompt Allocate would
+// find in the prefix cache now (a multiple of the block size, never the
+// whole prompt), changing nothing and counting nothing. A scheduler uses it
+// to know a request's real block need before admitting it:
+// BlocksFor(len(tokens)) - CachedPrefix(tokens)/BlockSize.
+func (m *Manager) CachedPrefix(tokens []int32) int {
+	if m.p.contiguous || len(tokens) == 0 {
+		return 0
+	}
+	bs := m.cfg.BlockSize
+	var parent BlockHash
+	n := 0
+	for i := 0; i < (len(tokens)-1)/bs; i++ {
+		toks := tokens[i*bs : (i+1)*bs]
+		h := HashBlock(parent, toks)
+		if _, ok, _ := m.p.lookup(h, parent, toks); !ok {
+			break
+		}
+		parent = h
+		n += bs
+	}
+	return n
 }
 
 // place gives s (paged mode) blocks for s.tokens from logical block from
@@ -503,9 +529,6 @@ func (m *Manager) extend(s *sequence, tokens []int32) error {
 	}
 	s.tokens = append(s.tokens, tokens...)
 	m.fill(s, first, m.BlocksFor(n1))
-	if s.computed > n0 {
-		s.computed = n0
-	}
 	return nil
 }
 
@@ -614,6 +637,7 @@ func (m *Manager) Free(id SeqID) error {
 	}
 	if s.swapped {
 		m.dropHost(s)
+		m.nSwapped--
 		delete(m.seqs, id)
 		m.emit(EventFree, id, nil, len(s.tokens), 0, "freed while swapped out")
 		return nil
@@ -621,7 +645,7 @@ func (m *Manager) Free(id SeqID) error {
 	blocks := s.blocks
 	m.releaseAll(s)
 	delete(m.seqs, id)
-	m.emit(EventFree, id, blocks, len(s.tokens), 0, "sequence finished")
+	m.emit(EventFree, id, blocks, len(s.tokens), 0, "freed")
 	return nil
 }
 

@@ -99,6 +99,9 @@ func TestPrefixSharing(t *testing.T) {
 	if err := m.Free(1); err != nil { // finished: its full blocks stay cached
 		t.Fatal(err)
 	}
+	if got := m.CachedPrefix(b); got != 96 {
+		t.Errorf("CachedPrefix = %d, want 96", got)
+	}
 	r := mustAllocate(t, m, st, 2, b, SeqOptions{})
 	if want := 100 / bs * bs; r.Computed != want {
 		t.Fatalf("second request reused %d tokens, want %d", r.Computed, want)
@@ -420,4 +423,25 @@ func TestPreempt(t *testing.T) {
 		}
 		mustCheck(t, m, st)
 	})
+}
+
+// TestHashCollision: a cached block under the right hash but holding other
+// tokens (what a collision would look like) is not reused.
+func TestHashCollision(t *testing.T) {
+	m, st := newTestManager(t, Config{BlockSize: 4}, 8)
+	toks := seqTokens(1, 9)
+	mustAllocate(t, m, st, 1, toks, SeqOptions{})
+	b0 := m.BlockTable(1)[0]
+	m.Free(1)
+	m.p.blocks[b0].tokens[0] = 999 // same hash, different contents
+	r, err := m.Allocate(2, toks, SeqOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Computed != 0 || m.Metrics().HashCollisions != 1 {
+		t.Errorf("computed %d, %d collisions; want 0 and 1", r.Computed, m.Metrics().HashCollisions)
+	}
+	if slices.Contains(m.BlockTable(2), b0) {
+		t.Errorf("the colliding block %d was reused", b0)
+	}
 }

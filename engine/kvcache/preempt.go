@@ -90,6 +90,7 @@ func (m *Manager) swapOut(s *sequence, used []int) (PreemptResult, bool) {
 	dev := slices.Clone(used)
 	m.releaseAll(s)
 	s.swapped = true
+	m.nSwapped++
 	m.c.preemptSwap++
 	m.c.swapOutBytes += bytes
 	m.emit(EventPreempt, s.id, dev, len(s.tokens), bytes, "swap")
@@ -192,6 +193,7 @@ func (m *Manager) SwapIn(id SeqID) error {
 	}
 	m.dropHost(s)
 	s.swapped = false
+	m.nSwapped--
 	m.c.swapInBytes += loaded
 	m.emit(EventSwapIn, id, slices.Clone(got), len(s.tokens), loaded, fmt.Sprintf("%d blocks back on the device", len(got)))
 	return nil

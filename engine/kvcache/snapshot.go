@@ -151,12 +151,7 @@ func (m *Manager) Metrics() Metrics {
 		SwapFallbacks: m.c.swapFallbacks, SwapOutBytes: m.c.swapOutBytes, SwapInBytes: m.c.swapInBytes,
 		HostBlocks: len(m.host), HostBytes: m.hostB, HostBudget: m.cfg.HostBudget,
 		CoWCopies: m.c.cow, ShiftCopies: m.c.shiftCopies, HashCollisions: m.c.hashCollisions,
-		Overflows: m.c.overflows, Sequences: len(m.seqs),
-	}
-	for _, s := range m.seqs {
-		if s.swapped {
-			x.SwappedSequences++
-		}
+		Overflows: m.c.overflows, Sequences: len(m.seqs), SwappedSequences: m.nSwapped,
 	}
 	if x.TotalBlocks > 0 {
 		x.UsagePercent = 100 * float64(x.UsedBlocks) / float64(x.TotalBlocks)

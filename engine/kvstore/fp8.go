@@ -7,17 +7,21 @@ import (
 )
 
 // h2f converts an f16, given as its bits, to float32 exactly, as
-// quant.F16ToF32 does, small enough to inline: the half's exponent and
-// mantissa, placed in a float32, are its value times 2^-112 for normal and
-// subnormal halves alike, so one exact multiplication by 2^112 finishes
-// them; infinities and NaN only need their exponent field filled.
+// quant.F16ToF32 does, small enough to inline. A normal half only needs its
+// exponent rebiased. For zeros and subnormals, the half's bits placed in a
+// float32 are its value times 2^-112, so one exact multiplication by 2^112
+// finishes them; infinities and NaN need their exponent field filled.
 func h2f(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
 	o := uint32(h&0x7fff) << 13
-	if h&0x7c00 == 0x7c00 {
-		return math.Float32frombits(sign | (o + 0x70000000))
+	switch e := h & 0x7c00; {
+	case e == 0x7c00:
+		o += 0x70000000 // (255-31)<<23
+	case e != 0:
+		o += 0x38000000 // (127-15)<<23
+	default:
+		o = math.Float32bits(math.Float32frombits(o) * 0x1p112)
 	}
-	return math.Float32frombits(math.Float32bits(math.Float32frombits(o)*0x1p112) | sign)
+	return math.Float32frombits(o | uint32(h&0x8000)<<16)
 }
 
 // maxF16 is the largest finite half-precision value.

@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"fmt"
+
+	"kvscope/engine/kvcache"
+	"kvscope/engine/kvstore"
+	"kvscope/engine/sched"
+)
+
+// CacheConfig is the KV cache's settings: everything the UI's sliders and
+// the command line's cache flags change.
+type CacheConfig struct {
+	BlockSize  int                    // tokens per block, 1 to 256
+	Budget     int64                  // bytes for K/V blocks; 0: enough for MaxSeqs full contexts (capped at AutoBudgetCap)
+	HostBudget int64                  // bytes of the host swap pool; 0: the same as the device budget
+	K, V       kvstore.Precision      // K and V precision
+	Eviction   kvcache.EvictionPolicy // LRU, LFU or FIFO
+	Preempt    kvcache.PreemptMode    // recompute or swap
+	Allocator  kvcache.Allocator      // paged or contiguous
+	Overflow   kvcache.OverflowPolicy // what a sequence does at its context limit
+}
+
+// SchedConfig is the scheduler's settings.
+type SchedConfig struct {
+	MaxSeqs    int          // most sequences running at once
+	StepTokens int          // most tokens one step computes
+	Policy     sched.Policy // fcfs or priority
+	Watermark  float64      // share of blocks admission leaves free, 0 to 1
+}
+
+// Config configures an Engine.
+type Config struct {
+	Cache CacheConfig
+	Sched SchedConfig
+	// Context is the longest a sequence may grow, in tokens; 0: the model's
+	// training context.
+	Context int
+	// SnapshotEvery is the fewest steps between published snapshots while
+	// generating (1: every step). Pausing and single steps always publish.
+	SnapshotEvery int
+}
+
+// AutoBudgetCap bounds the automatic cache budget.
+const AutoBudgetCap = 2 << 30
+
+// DefaultConfig returns the defaults: f16 K/V in 16-token blocks, LRU
+// eviction, recompute preemption, the paged allocator, stop at the context
+// limit, 8 concurrent sequences, 512 tokens a step.
+func DefaultConfig() Config {
+	return Config{
+		Cache: CacheConfig{BlockSize: 16, K: kvstore.F16, V: kvstore.F16, Eviction: kvcache.LRU, Preempt: kvcache.Recompute, Allocator: kvcache.Paged, Overflow: kvcache.Stop},
+		Sched: SchedConfig{MaxSeqs: 8, StepTokens: 512, Policy: sched.FCFS, Watermark: 0.01},
+	}
+}
+
+// storeConfig is the K/V store shape for this model and cache config, with
+// the pool's block count derived from the budget.
+func (e *Engine) storeConfig(c CacheConfig, ctx, maxSeqs int) (kvstore.Config, int64, error) {
+	sc := e.model.CacheConfig(c.BlockSize, 1, c.K, c.V)
+	if err := sc.Validate(); err != nil {
+		return sc, 0, err
+	}
+	bb := kvstore.BlockBytes(sc)
+	budget := c.Budget
+	if budget == 0 {
+		blocks := int64(maxSeqs) * int64((ctx+c.BlockSize-1)/c.BlockSize)
+		budget = min(blocks*int64(bb), AutoBudgetCap)
+	}
+	// Quantized keys keep one partly filled group in f16 per sequence.
+	budget -= int64(maxSeqs) * int64(kvstore.ResidualBytes(sc))
+	n, err := kvcache.NumBlocksFor(budget, bb)
+	if err != nil {
+		return sc, 0, err
+	}
+	if n < 1 {
+		return sc, 0, fmt.Errorf("a cache budget of %d bytes holds no block: one block of %d tokens takes %d bytes at K %s / V %s", c.Budget, c.BlockSize, bb, c.K, c.V)
+	}
+	sc.Blocks = n
+	return sc, budget, nil
+}
+
+// validate checks a whole configuration against the model.
+func (e *Engine) validate(c Config) error {
+	if c.Context < 0 || c.Context > e.model.Context {
+		return fmt.Errorf("context %d is outside 1..%d, the model's training context", c.Context, e.model.Context)
+	}
+	if c.Cache.Budget < 0 || c.Cache.HostBudget < 0 {
+		return fmt.Errorf("cache budgets cannot be negative")
+	}
+	if _, err := kvcache.ParseEvictionPolicy(c.Cache.Eviction.String()); err != nil {
+		return err
+	}
+	if c.Cache.Preempt > kvcache.Swap {
+		return fmt.Errorf("unknown preemption mode %d", c.Cache.Preempt)
+	}
+	if err := c.schedConfig().Validate(); err != nil {
+		return err
+	}
+	_, _, err := e.storeConfig(c.Cache, e.context(c), c.Sched.MaxSeqs)
+	return err
+}
+
+func (c Config) schedConfig() sched.Config {
+	return sched.Config{MaxSeqs: c.Sched.MaxSeqs, StepTokens: c.Sched.StepTokens, Policy: c.Sched.Policy, Preempt: c.Cache.Preempt, Watermark: c.Sched.Watermark}
+}
+
+// context is the sequence length limit in force.
+func (e *Engine) context(c Config) int {
+	if c.Context > 0 {
+		return c.Context
+	}
+	return e.model.Context
+}

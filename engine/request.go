@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+
+	"kvscope/engine/kvcache"
+	"kvscope/engine/sample"
+)
+
+// Request is one generation request.
+type Request struct {
+	// Prompt is the text to continue (tokenized with the model's BOS rule
+	// and special-token parsing). Ignored when Tokens is set.
+	Prompt string
+	// Tokens is an already tokenized prompt.
+	Tokens []int
+	// Sampling settings; the zero value is replaced by sample.DefaultParams.
+	Sampling *sample.Params
+	// MaxTokens bounds the generated tokens per sample; 0: until the
+	// context is full.
+	MaxTokens int
+	// Stop strings end generation when they appear in the text; the text
+	// up to them is returned, the stop string is not.
+	Stop []string
+	// IgnoreEOS keeps generating past end-of-generation tokens.
+	IgnoreEOS bool
+	// N is the number of parallel samples (default 1). They share the
+	// prompt's blocks (fork); the first write into a shared block copies it.
+	N int
+	// Priority orders requests under the priority policy (higher first).
+	Priority int
+	// Overflow overrides the cache's context overflow policy.
+	Overflow *kvcache.OverflowPolicy
+	// NoCache recomputes the whole sequence for every new token instead of
+	// reusing its K/V: the "cache off" teaching mode.
+	NoCache bool
+	// Label names the request in snapshots and events (a conversation's
+	// title, say).
+	Label string
+}
+
+// FinishReason says why a sample ended.
+type FinishReason string
+
+// The finish reasons.
+const (
+	FinishStop      FinishReason = "stop"      // end-of-generation token or stop string
+	FinishLength    FinishReason = "length"    // MaxTokens or the context limit
+	FinishCancelled FinishReason = "cancelled" // the request's context was cancelled
+	FinishError     FinishReason = "error"     // Err says what went wrong
+)
+
+// Chunk is one piece of a stream: a generated token with its text, or, with
+// Done set, the end of one sample.
+type Chunk struct {
+	Sample int    // which of the request's N samples, from 0
+	Token  int    // the token id (-1 on a final chunk)
+	Text   string // the token's text (may be empty while a UTF-8 character or stop string is incomplete)
+
+	Done   bool         // this sample has ended
+	Reason FinishReason // why, when Done
+	Err    error        // what went wrong, when Reason is FinishError
+	// Usage, when Done: prompt tokens, of which reused from the prefix
+	// cache, and generated tokens.
+	PromptTokens, CachedTokens, Generated int
+	// Computed, when Done, counts the token rows the model computed for
+	// this sample (prompt rows not found in the cache, recomputations
+	// after preemption, and one per decoded token).
+	Computed int
+}
+
+// Stream delivers a request's chunks in order. C is closed after the last
+// sample's final chunk. The engine never waits for a slow reader: chunks
+// queue without bound until read.
+type Stream struct {
+	// ID identifies the request in snapshots and events.
+	ID uint64
+	// C delivers the chunks.
+	C <-chan Chunk
+
+	mu     sync.Mutex
+	queue  []Chunk
+	closed bool
+	wake   chan struct{}
+}
+
+func newStream(id uint64) (*Stream, chan Chunk) {
+	c := make(chan Chunk)
+	s := &Stream{ID: id, C: c, wake: make(chan struct{}, 1)}
+	go s.forward(c)
+	return s, c
+}
+
+// push queues a chunk; it never blocks.
+func (s *Stream) push(c Chunk) {
+	s.mu.Lock()
+	s.queue = append(s.queue, c)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close ends the stream after the queued chunks.
+func (s *Stream) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Stream) forward(c chan<- Chunk) {
+	for {
+		s.mu.Lock()
+		q, closed := s.queue, s.closed
+		s.queue = nil
+		s.mu.Unlock()
+		for _, ch := range q {
+			c <- ch
+		}
+		if closed && len(q) == 0 {
+			close(c)
+			return
+		}
+		if len(q) == 0 {
+			<-s.wake
+		}
+	}
+}
+
+// Collect reads the whole stream and returns each sample's text and finish
+// chunk. It is a convenience for tests and the command line.
+func (s *Stream) Collect() (texts []string, finals []Chunk) {
+	for c := range s.C {
+		for len(texts) <= c.Sample {
+			texts = append(texts, "")
+			finals = append(finals, Chunk{})
+		}
+		texts[c.Sample] += c.Text
+		if c.Done {
+			finals[c.Sample] = c
+		}
+	}
+	return texts, finals
+}
+
+func (r *Request) validate() error {
+	if r.N < 0 || r.N > 64 {
+		return fmt.Errorf("n = %d parallel samples is outside 1..64", r.N)
+	}
+	if r.MaxTokens < 0 {
+		return fmt.Errorf("max tokens cannot be negative (%d)", r.MaxTokens)
+	}
+	if r.Sampling != nil {
+		if err := r.Sampling.Validate(); err != nil {
+			return err
+		}
+	}
+	for _, s := range r.Stop {
+		if s == "" {
+			return fmt.Errorf("a stop string cannot be empty")
+		}
+	}
+	return nil
+}

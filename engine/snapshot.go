@@ -1,0 +1,284 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"kvscope/engine/kvcache"
+	"kvscope/engine/sched"
+)
+
+// Snapshot is an immutable picture of the engine after a step: the cache's
+// blocks and metrics, every live request, and what the last step did.
+type Snapshot struct {
+	Taken    time.Time
+	Step     int64             // the cache manager's step
+	Config   Config            // the settings in force
+	Context  int               // the context limit per sequence, in tokens
+	Cache    *kvcache.Snapshot // every block's bookkeeping, the block tables and the metrics
+	Requests []RequestInfo     // live requests, by id
+	Waiting  int               // sequences queued without blocks
+	Running  int               // sequences holding device blocks
+	Swapped  int               // sequences whose blocks are in the host pool
+	Paused   bool              // the scheduler is paused (teaching mode)
+	Last     StepReport        // the last step
+	// DecodeTPS is the recent rate of generated tokens per second, all
+	// requests together.
+	DecodeTPS float64
+}
+
+// RequestInfo describes one live request.
+type RequestInfo struct {
+	ID           uint64
+	Label        string
+	Samples      []SampleInfo
+	PromptTokens int
+	CachedTokens int // prompt tokens reused from the prefix cache
+	MaxTokens    int
+}
+
+// SampleInfo describes one sample (sequence) of a request.
+type SampleInfo struct {
+	Seq         kvcache.SeqID
+	State       string // waiting, prefill, decode, swapped
+	Tokens      int    // tokens in its context (prompt and generated)
+	Generated   int
+	Preemptions int
+	TPS         float64 // its generation speed, tokens per second
+}
+
+// StepReport says what one scheduler step did.
+type StepReport struct {
+	Step      int64
+	Seqs      []SeqWork       // which sequences ran, with how many tokens
+	Prefill   int             // prompt tokens computed
+	Decode    int             // decode tokens computed
+	Admitted  []kvcache.SeqID // sequences that got blocks
+	Preempted []kvcache.SeqID
+	SwappedIn []kvcache.SeqID
+	// Blocks touched, from the cache's events in this step.
+	Allocated, Hit, Evicted, Freed, Copied []int
+	Duration                               time.Duration
+	// Explain says in one line what happened and why.
+	Explain string
+}
+
+// SeqWork is one sequence's share of a step.
+type SeqWork struct {
+	Seq     kvcache.SeqID
+	Request uint64
+	Start   int // first position computed
+	Tokens  int
+	Prefill bool
+}
+
+// Event is one thing the engine or its cache did, for the timeline.
+type Event struct {
+	ID      uint64
+	Time    time.Time
+	Step    int64
+	Kind    string // a cache event kind (alloc, free, cache-hit, evict, preempt, swap-out, swap-in, cow, overflow) or submit, step, finish, cancel, reconfigure, pause, resume, context-full, error
+	Request uint64
+	Seq     kvcache.SeqID
+	Blocks  []int
+	Tokens  int
+	Bytes   int64
+	Text    string // a readable line
+}
+
+// String returns the event's readable line.
+func (ev Event) String() string { return fmt.Sprintf("step %d: %s", ev.Step, ev.Text) }
+
+// event stamps and logs an engine event.
+func (e *Engine) event(ev Event) {
+	ev.Time = time.Now()
+	ev.Step = e.mgr.Step()
+	e.events.Push(ev)
+}
+
+// flushCacheEvents moves the cache's new events into the engine's log and,
+// when rep is given, records their blocks in it.
+func (e *Engine) flushCacheEvents(rep ...*StepReport) {
+	evs, next, _ := e.mgr.Events().Since(e.cacheCursor, 0)
+	e.cacheCursor = next
+	for _, ce := range evs {
+		ev := Event{Time: time.Now(), Step: ce.Step, Kind: ce.Kind.String(), Seq: ce.Seq, Blocks: ce.Blocks, Tokens: ce.Tokens, Bytes: ce.Bytes, Text: e.describe(ce)}
+		if s, ok := e.seqs[ce.Seq]; ok {
+			ev.Request = s.r.id
+		}
+		e.events.Push(ev)
+		if len(rep) == 0 {
+			continue
+		}
+		r := rep[0]
+		switch ce.Kind {
+		case kvcache.EventAlloc:
+			r.Allocated = append(r.Allocated, ce.Blocks...)
+		case kvcache.EventCacheHit:
+			r.Hit = append(r.Hit, ce.Blocks...)
+		case kvcache.EventEvict:
+			r.Evicted = append(r.Evicted, ce.Blocks...)
+		case kvcache.EventFree:
+			r.Freed = append(r.Freed, ce.Blocks...)
+		case kvcache.EventCoW:
+			r.Copied = append(r.Copied, ce.Blocks...)
+		}
+	}
+}
+
+// describe turns a cache event into a readable line naming the request.
+func (e *Engine) describe(ce kvcache.Event) string {
+	who := fmt.Sprintf("sequence %d", ce.Seq)
+	if s, ok := e.seqs[ce.Seq]; ok {
+		who = s.r.name()
+		if s.r.req.N > 1 {
+			who += fmt.Sprintf(" sample %d", s.index)
+		}
+	}
+	blocks := ""
+	switch n := len(ce.Blocks); {
+	case n == 1:
+		blocks = fmt.Sprintf("block %d", ce.Blocks[0])
+	case n > 1 && n <= 6:
+		blocks = fmt.Sprintf("blocks %v", ce.Blocks)
+	case n > 6:
+		blocks = fmt.Sprintf("%d blocks", n)
+	}
+	switch ce.Kind {
+	case kvcache.EventAlloc:
+		return fmt.Sprintf("%s allocated to %s (%s)", blocks, who, ce.Reason)
+	case kvcache.EventFree:
+		return fmt.Sprintf("%s released by %s (%s)", blocks, who, ce.Reason)
+	case kvcache.EventCacheHit:
+		return fmt.Sprintf("%s reuses %d cached prompt tokens: %s", who, ce.Tokens, blocks)
+	case kvcache.EventEvict:
+		return fmt.Sprintf("%s evicted (%s, %s) to make room for %s", blocks, e.cfg.Cache.Eviction, ce.Reason, who)
+	case kvcache.EventPreempt:
+		return fmt.Sprintf("%s preempted (%s): no free block", who, ce.Reason)
+	case kvcache.EventCoW:
+		return fmt.Sprintf("%s copied on write for %s (%s)", blocks, who, ce.Reason)
+	}
+	return fmt.Sprintf("%s %s: %s", who, ce.Kind, ce.Reason)
+}
+
+// explain says in one line what the step did.
+func (r StepReport) explain() string {
+	if len(r.Seqs) == 0 && len(r.Preempted) == 0 {
+		return "nothing ran"
+	}
+	var parts []string
+	parts = append(parts, fmt.Sprintf("ran %d sequences: %d decode tokens, %d prompt tokens", len(r.Seqs), r.Decode, r.Prefill))
+	if len(r.Admitted) > 0 {
+		parts = append(parts, fmt.Sprintf("admitted %v", r.Admitted))
+	}
+	if len(r.Hit) > 0 {
+		parts = append(parts, fmt.Sprintf("%d blocks reused from the prefix cache", len(r.Hit)))
+	}
+	if len(r.Allocated) > 0 {
+		parts = append(parts, fmt.Sprintf("%d blocks allocated", len(r.Allocated)))
+	}
+	if len(r.Evicted) > 0 {
+		parts = append(parts, fmt.Sprintf("%d cached blocks evicted for room", len(r.Evicted)))
+	}
+	if len(r.Copied) > 0 {
+		parts = append(parts, "copy on write")
+	}
+	if len(r.Preempted) > 0 {
+		parts = append(parts, fmt.Sprintf("preempted %v: the pool ran out of blocks", r.Preempted))
+	}
+	if len(r.SwappedIn) > 0 {
+		parts = append(parts, fmt.Sprintf("swapped %v back in", r.SwappedIn))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// publish builds and stores a snapshot (on the engine goroutine).
+func (e *Engine) publish() {
+	e.lastSnap = time.Now()
+	w, r, s := e.sch.Counts()
+	snap := &Snapshot{Taken: e.lastSnap, Step: e.mgr.Step(), Config: e.cfg, Context: e.context(e.cfg), Cache: e.mgr.Snapshot(),
+		Waiting: w, Running: r, Swapped: s, Paused: e.paused, Last: e.last, DecodeTPS: e.tps.rate()}
+	for id := uint64(1); id <= e.nextReq; id++ { // in id order
+		rs, ok := e.reqs[id]
+		if !ok {
+			continue
+		}
+		ri := RequestInfo{ID: rs.id, Label: rs.req.Label, PromptTokens: len(rs.prompt), CachedTokens: rs.cached, MaxTokens: rs.req.MaxTokens}
+		for _, sm := range rs.samples {
+			if sm.done {
+				continue
+			}
+			si := SampleInfo{Seq: sm.q.ID, Tokens: len(sm.q.Tokens), Generated: sm.generated, Preemptions: sm.q.Preemptions, State: sm.q.State.String()}
+			if sm.q.State == sched.Running {
+				si.State = "decode"
+				if e.mgr.Has(sm.q.ID) && e.mgr.Computed(sm.q.ID) < len(sm.q.Tokens)-1 {
+					si.State = "prefill"
+				}
+			}
+			if sm.generated > 1 {
+				si.TPS = float64(sm.generated-1) / time.Since(sm.first).Seconds()
+			}
+			ri.Samples = append(ri.Samples, si)
+		}
+		snap.Requests = append(snap.Requests, ri)
+	}
+	e.snap.Store(snap)
+}
+
+// describeChange lists the settings that differ between two configs.
+func describeChange(a, b Config) string {
+	var d []string
+	add := func(name string, x, y any) {
+		if fmt.Sprint(x) != fmt.Sprint(y) {
+			d = append(d, fmt.Sprintf("%s %v → %v", name, x, y))
+		}
+	}
+	add("block size", a.Cache.BlockSize, b.Cache.BlockSize)
+	add("budget", a.Cache.Budget, b.Cache.Budget)
+	add("host budget", a.Cache.HostBudget, b.Cache.HostBudget)
+	add("K", a.Cache.K, b.Cache.K)
+	add("V", a.Cache.V, b.Cache.V)
+	add("eviction", a.Cache.Eviction, b.Cache.Eviction)
+	add("preemption", a.Cache.Preempt, b.Cache.Preempt)
+	add("allocator", a.Cache.Allocator, b.Cache.Allocator)
+	add("overflow", a.Cache.Overflow, b.Cache.Overflow)
+	add("max sequences", a.Sched.MaxSeqs, b.Sched.MaxSeqs)
+	add("step tokens", a.Sched.StepTokens, b.Sched.StepTokens)
+	add("policy", a.Sched.Policy, b.Sched.Policy)
+	add("watermark", a.Sched.Watermark, b.Sched.Watermark)
+	add("context", a.Context, b.Context)
+	if len(d) == 0 {
+		return "no change"
+	}
+	return strings.Join(d, ", ")
+}
+
+// rateMeter tracks tokens per second over recent steps.
+type rateMeter struct {
+	tokens []int
+	times  []time.Duration
+}
+
+const rateWindow = 32
+
+func (m *rateMeter) add(tokens int, d time.Duration) {
+	m.tokens = append(m.tokens, tokens)
+	m.times = append(m.times, d)
+	if len(m.tokens) > rateWindow {
+		m.tokens, m.times = m.tokens[1:], m.times[1:]
+	}
+}
+
+func (m *rateMeter) rate() float64 {
+	var n int
+	var t time.Duration
+	for i := range m.tokens {
+		n += m.tokens[i]
+		t += m.times[i]
+	}
+	if t <= 0 {
+		return 0
+	}
+	return float64(n) / t.Seconds()
+}
