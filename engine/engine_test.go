@@ -154,7 +154,7 @@ func TestPreemptionKeepsOutputs(t *testing.T) {
 					t.Errorf("request %d under preemption:\n%q\nalone:\n%q", i, got[i], want[i])
 				}
 			}
-					checkNoLeak(t, e)
+			checkNoLeak(t, e)
 			met := metrics(e)
 			t.Logf("%s: %d preemptions (%d swap, %d fell back), %d evictions", mode, met.Preemptions, met.SwapPreemptions, met.SwapFallbacks, met.Evictions)
 			if met.Preemptions == 0 {

@@ -49,7 +49,7 @@ type seqState struct {
 	dec       *tokenizer.Decoder
 	history   []int // prompt and generated ids, for penalties
 	generated int
-	computed  int // rows computed for it
+	computed  int    // rows computed for it
 	pending   string // decoded text held back while it may start a stop string
 	admitted  bool
 	first     time.Time // first generated token

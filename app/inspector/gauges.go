@@ -175,3 +175,6 @@ func (r *tileRenderer) Objects() []fyne.CanvasObject {
 }
 
 func (r *tileRenderer) Destroy() {}
+
+// humanizeBytes formats n bytes in IEC units, as the gauges do.
+func humanizeBytes(n int) string { return humanize.IBytes(uint64(max(n, 0))) }

@@ -77,7 +77,9 @@
 // pool bounded by Config.HostBudget and frees the device blocks; SwapIn loads
 // them back (Storage.Load), reusing blocks whose hash is still cached. When
 // the host pool is full, Swap falls back to Recompute and the result and an
-// event say so.
+// event say so. Recompute reproduces a sequence's K/V exactly, except after
+// a rolling-window shift (its kept K/V depend on tokens it no longer holds):
+// such a sequence recomputes as its shortened text; swap keeps it exact.
 //
 // # Context overflow
 //

@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"kvscope/engine/kvcache"
+	"kvscope/engine/kvstore"
+	"kvscope/engine/sample"
+)
+
+// TestStress submits, cancels and reconfigures at random from several
+// goroutines. Every request must end exactly once (one final chunk per
+// sample, then a closed stream) and no block may leak.
+func TestStress(t *testing.T) {
+	m, tok := stories(t)
+	cfg := DefaultConfig()
+	cfg.Cache.Budget = 40 * int64(kvstore.BlockBytes(m.CacheConfig(16, 1, kvstore.F16, kvstore.F16)))
+	e := newEngine(t, m, tok, cfg)
+
+	rounds := 30
+	if testing.Short() {
+		rounds = 20
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ended := map[string]int{}
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for i := range rounds {
+				ctx, cancel := context.WithCancel(context.Background())
+				sp := sample.DefaultParams()
+				sp.Seed = uint64(i)
+				r := Request{Prompt: prompts[rng.IntN(len(prompts))].text, MaxTokens: 1 + rng.IntN(40), N: 1 + rng.IntN(3), Sampling: &sp}
+				if rng.IntN(4) == 0 {
+					r.Stop = []string{"."}
+				}
+				s, err := e.Submit(ctx, r)
+				if err != nil {
+					t.Error(err)
+					cancel()
+					continue
+				}
+				if rng.IntN(3) == 0 {
+					go func() {
+						time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+						cancel()
+					}()
+				}
+				done := make(map[int]int)
+				for c := range s.C {
+					if c.Done {
+						done[c.Sample]++
+						mu.Lock()
+						ended[string(c.Reason)]++
+						mu.Unlock()
+						if c.Reason == FinishError {
+							t.Errorf("request failed: %v", c.Err)
+						}
+					}
+				}
+				if len(done) != r.N {
+					t.Errorf("%d of %d samples ended", len(done), r.N)
+				}
+				for i, n := range done {
+					if n != 1 {
+						t.Errorf("sample %d ended %d times", i, n)
+					}
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(99, 1))
+		sizes := []int{8, 16, 32}
+		precs := []kvstore.Precision{kvstore.F16, kvstore.Q8_0, kvstore.F32, kvstore.Int8}
+		for range rounds / 4 {
+			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+			c := e.Config()
+			c.Cache.BlockSize = sizes[rng.IntN(len(sizes))]
+			c.Cache.K = precs[rng.IntN(len(precs))]
+			c.Cache.V = precs[rng.IntN(len(precs))]
+			c.Cache.Preempt = kvcache.PreemptMode(rng.IntN(2))
+			c.Cache.Eviction = kvcache.EvictionPolicy(rng.IntN(3))
+			if err := e.Reconfigure(c); err != nil && !strings.Contains(err.Error(), "holds no block") {
+				t.Errorf("reconfigure: %v", err)
+			}
+		}
+	}()
+	wg.Wait()
+	checkNoLeak(t, e)
+	t.Logf("finish reasons: %v", ended)
+}
+
+// TestReconfigureDuringGeneration changes block size and precision while
+// requests run: every request completes.
+func TestReconfigureDuringGeneration(t *testing.T) {
+	m, tok := stories(t)
+	e := newEngine(t, m, tok, DefaultConfig())
+	if err := e.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	var streams []*Stream
+	for i := range 4 {
+		s, err := e.Submit(context.Background(), request(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	for range 10 {
+		if _, err := e.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.Config()
+	c.Cache.BlockSize = 32
+	c.Cache.K, c.Cache.V = kvstore.Q8_0, kvstore.Q8_0
+	if err := e.Reconfigure(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range streams {
+		texts, finals := s.Collect()
+		if finals[0].Reason != FinishLength || finals[0].Generated != prompts[i].max {
+			t.Errorf("request %d ended %s after %d tokens (%v), want length after %d", i, finals[0].Reason, finals[0].Generated, finals[0].Err, prompts[i].max)
+		}
+		if texts[0] == "" {
+			t.Errorf("request %d: no text", i)
+		}
+	}
+	snap := e.Snapshot()
+	if snap.Cache.BlockSize != 32 || snap.Config.Cache.K != kvstore.Q8_0 {
+		t.Errorf("snapshot shows block size %d, K %s", snap.Cache.BlockSize, snap.Config.Cache.K)
+	}
+	found := false
+	evs, _, _ := e.Events(0, 0)
+	for _, ev := range evs {
+		if ev.Kind == "reconfigure" && strings.Contains(ev.Text, "block size 16 → 32") && strings.Contains(ev.Text, "recompute") {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no reconfigure event explains the rebuild")
+	}
+	checkNoLeak(t, e)
+}

@@ -1,0 +1,247 @@
+package synth
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"kvscope/engine/gguf"
+	"kvscope/engine/quant"
+)
+
+// chunkValues is about how many values one unit of work fills: tensors are
+// cut into chunks of whole rows, each with its own random stream, so the
+// bytes do not depend on how many goroutines fill them.
+const chunkValues = 1 << 16
+
+// fileTypes maps a weight type to llama.cpp's general.file_type
+// (llama_ftype) for a file whose matrices are all of that type.
+var fileTypes = map[quant.Type]uint32{
+	quant.F32: 0, quant.F16: 1, quant.Q4_0: 2, quant.Q4_1: 3, quant.Q8_0: 7,
+	quant.Q5_0: 8, quant.Q5_1: 9, quant.Q2_K: 10, quant.Q3_K: 11, quant.Q4_K: 14,
+	quant.Q5_K: 16, quant.Q6_K: 18, quant.IQ4_NL: 25, quant.BF16: 32,
+}
+
+// chatTemplate is a plain-text chat template: the vocabulary has no chat
+// tokens, so turns are marked with words.
+const chatTemplate = "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+
+// tensorSpec is one tensor to make: its description and the standard
+// deviation of its random values (0: a norm weight, all ones).
+type tensorSpec struct {
+	info  gguf.TensorInfo
+	sigma float64
+}
+
+// tensors lists a model's tensors in the order llama.cpp writes them.
+func (s Shape) tensors() []tensorSpec {
+	d, ff, q, kv := uint64(s.Dim), uint64(s.FFDim), uint64(s.Heads*s.HeadDim()), uint64(s.KVHeads*s.HeadDim())
+	matrix := func(name string, cols, rows uint64, sigma float64) tensorSpec {
+		return tensorSpec{gguf.TensorInfo{Name: name, Dims: []uint64{cols, rows}, Type: s.Type}, sigma}
+	}
+	norm := func(name string) tensorSpec {
+		return tensorSpec{gguf.TensorInfo{Name: name, Dims: []uint64{d}, Type: quant.F32}, 0}
+	}
+	// A matrix's values have standard deviation 1/sqrt(its row length), so
+	// that each output of a matrix times a unit-RMS vector has variance 1
+	// and activations keep the same scale through every layer. Embeddings
+	// have unit variance, like the normalized activations.
+	fanIn := func(n uint64) float64 { return 1 / math.Sqrt(float64(n)) }
+	specs := []tensorSpec{matrix("token_embd.weight", d, uint64(s.Vocab), 1)}
+	for l := range s.Layers {
+		p := fmt.Sprintf("blk.%d.", l)
+		specs = append(specs,
+			norm(p+"attn_norm.weight"),
+			matrix(p+"attn_q.weight", d, q, fanIn(d)),
+			matrix(p+"attn_k.weight", d, kv, fanIn(d)),
+			matrix(p+"attn_v.weight", d, kv, fanIn(d)),
+			matrix(p+"attn_output.weight", q, d, fanIn(q)),
+			norm(p+"ffn_norm.weight"),
+			matrix(p+"ffn_gate.weight", d, ff, fanIn(d)),
+			matrix(p+"ffn_up.weight", d, ff, fanIn(d)),
+			matrix(p+"ffn_down.weight", ff, d, fanIn(ff)),
+		)
+	}
+	return append(specs, norm("output_norm.weight"), matrix("output.weight", d, uint64(s.Vocab), fanIn(d)))
+}
+
+// metadata returns the file's metadata: what model.ReadConfig and
+// tokenizer.FromGGUF read, and the general.* keys llama.cpp writes.
+func (s Shape) metadata(v vocab) []gguf.KV {
+	u32 := func(n int) uint32 { return uint32(n) }
+	kvs := []gguf.KV{
+		gguf.NewKV("general.architecture", "llama"),
+		gguf.NewKV("general.name", s.Name),
+	}
+	if ft, ok := fileTypes[s.Type]; ok {
+		kvs = append(kvs, gguf.NewKV("general.file_type", ft))
+	}
+	if s.Type != quant.F32 && s.Type != quant.F16 && s.Type != quant.BF16 {
+		kvs = append(kvs, gguf.NewKV("general.quantization_version", uint32(2)))
+	}
+	return append(kvs,
+		gguf.NewKV("llama.vocab_size", u32(s.Vocab)),
+		gguf.NewKV("llama.context_length", u32(s.Context)),
+		gguf.NewKV("llama.embedding_length", u32(s.Dim)),
+		gguf.NewKV("llama.block_count", u32(s.Layers)),
+		gguf.NewKV("llama.feed_forward_length", u32(s.FFDim)),
+		gguf.NewKV("llama.rope.dimension_count", u32(s.HeadDim())),
+		gguf.NewKV("llama.attention.head_count", u32(s.Heads)),
+		gguf.NewKV("llama.attention.head_count_kv", u32(s.KVHeads)),
+		gguf.NewKV("llama.attention.layer_norm_rms_epsilon", float32(1e-5)),
+		gguf.NewKV("llama.rope.freq_base", float32(10000)),
+		gguf.NewKV("tokenizer.ggml.model", "llama"),
+		gguf.NewKV("tokenizer.ggml.pre", "default"),
+		gguf.NewKV("tokenizer.ggml.tokens", v.tokens),
+		gguf.NewKV("tokenizer.ggml.scores", v.scores),
+		gguf.NewKV("tokenizer.ggml.token_type", v.types),
+		gguf.NewKV("tokenizer.ggml.unknown_token_id", uint32(unkID)),
+		gguf.NewKV("tokenizer.ggml.bos_token_id", uint32(bosID)),
+		gguf.NewKV("tokenizer.ggml.eos_token_id", uint32(eosID)),
+		gguf.NewKV("tokenizer.ggml.add_bos_token", true),
+		gguf.NewKV("tokenizer.ggml.add_eos_token", false),
+		gguf.NewKV("tokenizer.ggml.add_space_prefix", true),
+		gguf.NewKV("tokenizer.chat_template", chatTemplate),
+	)
+}
+
+// Generate makes a complete Llama GGUF file of shape s with random weights,
+// in memory: the same bytes for the same shape and seed, on any machine and
+// with any GOMAXPROCS.
+//
+// Matrices hold independent values drawn uniformly with standard deviation
+// 1/sqrt(row length) (1 for the embeddings), so activations keep their
+// scale through every layer, then quantized to s.Type with quant.Quantize;
+// norm weights are 1. The work is spread over GOMAXPROCS goroutines. The
+// vocabulary is an SPM vocabulary of s.Vocab tokens (see the package
+// documentation); the metadata is what llama.cpp writes for a Llama.
+func Generate(s Shape, seed uint64) ([]byte, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	specs := s.tensors()
+	infos := make([]gguf.TensorInfo, len(specs))
+	for i, sp := range specs {
+		infos[i] = sp.info
+	}
+	l, err := gguf.Plan(s.metadata(buildVocab(s.Vocab)), infos)
+	if err != nil {
+		return nil, fmt.Errorf("synth: shape %q: %w", s.Name, err)
+	}
+	if l.Size > maxFileBytes {
+		return nil, fmt.Errorf("synth: shape %q: the file would take %d bytes, more than %d", s.Name, l.Size, int64(maxFileBytes))
+	}
+	buf := make([]byte, l.Size)
+	copy(buf, l.Header)
+	data := buf[len(l.Header):]
+	for i := range specs {
+		specs[i].info = l.Tensors[i]
+	}
+	if err := fill(data, specs, seed); err != nil {
+		return nil, fmt.Errorf("synth: shape %q: %w", s.Name, err)
+	}
+	return buf, nil
+}
+
+// Open generates a model (see Generate) and parses it. The File holds the
+// generated bytes; it needs no Close.
+func Open(s Shape, seed uint64) (*gguf.File, error) {
+	b, err := Generate(s, seed)
+	if err != nil {
+		return nil, err
+	}
+	return gguf.Parse(b)
+}
+
+// chunk is one unit of work: rows [row0, row1) of tensor t, the n-th chunk
+// of that tensor.
+type chunk struct {
+	t, n, row0, row1 int
+}
+
+// fill writes every tensor's values into the data section, in parallel.
+func fill(data []byte, specs []tensorSpec, seed uint64) error {
+	var chunks []chunk
+	for t, sp := range specs {
+		cols := int(sp.info.Dims[0])
+		rows := int(sp.info.Elements()) / cols
+		per := max(1, chunkValues/cols)
+		for n, r := 0, 0; r < rows; n, r = n+1, r+per {
+			chunks = append(chunks, chunk{t, n, r, min(rows, r+per)})
+		}
+	}
+	var (
+		next    atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		err     error
+	)
+	for range min(runtime.GOMAXPROCS(0), len(chunks)) {
+		wg.Go(func() {
+			var scratch []float32
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(chunks) {
+					return
+				}
+				if e := fillChunk(data, specs, chunks[i], seed, &scratch); e != nil {
+					errOnce.Do(func() { err = e })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return err
+}
+
+// fillChunk draws one chunk's values and encodes them in place.
+func fillChunk(data []byte, specs []tensorSpec, c chunk, seed uint64, scratch *[]float32) error {
+	sp := &specs[c.t]
+	cols := int(sp.info.Dims[0])
+	rowBytes, err := sp.info.Type.RowBytes(cols)
+	if err != nil {
+		return err
+	}
+	start := int(sp.info.Offset) + c.row0*rowBytes
+	dst := data[start : start+(c.row1-c.row0)*rowBytes]
+	n := (c.row1 - c.row0) * cols
+	if cap(*scratch) < n {
+		*scratch = make([]float32, n)
+	}
+	x := (*scratch)[:n]
+	if sp.sigma == 0 {
+		for i := range x {
+			x[i] = 1
+		}
+	} else {
+		// Uniform on [-a, a) has standard deviation a/sqrt(3); four values
+		// from each 64-bit draw.
+		k := float32(sp.sigma * math.Sqrt(3) / 32768)
+		s1 := splitmix64(seed ^ splitmix64(uint64(c.t)+1))
+		r := rand.NewPCG(s1, splitmix64(s1^uint64(c.n)))
+		for i := 0; i < n; i += 4 {
+			u := r.Uint64()
+			for j := i; j < min(n, i+4); j++ {
+				x[j] = float32(int16(u)) * k
+				u >>= 16
+			}
+		}
+	}
+	if err := quant.Quantize(sp.info.Type, x, dst); err != nil {
+		return fmt.Errorf("tensor %s: %w", sp.info.Name, err)
+	}
+	return nil
+}
+
+// splitmix64 is SplitMix64's output function: it spreads nearby seeds (a
+// tensor index, a chunk number) over unrelated generator states.
+func splitmix64(z uint64) uint64 {
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
