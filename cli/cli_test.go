@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -137,7 +138,11 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"run", "-p", "x"}, 1, "no model given"},
 		{[]string{"run", "-m", filepath.Join(dir, "none.gguf"), "-p", "x"}, 1, "no such file"},
 		{[]string{"run", "-m", broken, "-p", "x"}, 1, "malformed GGUF"},
-		{[]string{"run", "-m", m}, 1, "exactly one prompt"},
+		{[]string{"run", "-m", m}, 1, "no prompt given"},
+		{[]string{"run", "-m", m, "-p", "x", "--cache-budget", "lots"}, 1, "--cache-budget"},
+		{[]string{"run", "-m", m, "-p", "x", "--cache-budget", "100B"}, 1, "holds no block"},
+		{[]string{"run", "-m", m, "-p", "x", "--allocator", "buddy"}, 1, "allocator"},
+		{[]string{"run", "-m", m, "-p", "x", "--overflow", "wrap"}, 1, "overflow"},
 		{[]string{"run", "-m", m, "-p", "x", "--top-p", "2"}, 1, "top"},
 		{[]string{"run", "-m", m, "-p", "x", "--cache-k", "f12"}, 1, "f16"},
 		{[]string{"run", "-m", m, "-p", "x", "--block-size", "0"}, 1, "block size"},
@@ -150,5 +155,59 @@ func TestCommandErrors(t *testing.T) {
 		if code != tc.code || !strings.Contains(strings.ToLower(errOut), strings.ToLower(tc.want)) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errOut, tc.code, tc.want)
 		}
+	}
+}
+
+func TestRunSeveralPrompts(t *testing.T) {
+	m := testshared.Path(t, "models/stories260K.gguf")
+	cases := testshared.Greedy(t, testshared.Path(t, "reference/stories260K-greedy.txt"))
+	args := []string{"run", "-m", m, "-n", "40", "--temp", "0"}
+	for _, c := range cases {
+		args = append(args, "-p", c.Prompt)
+	}
+	code, out, errOut := run(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for i, c := range cases {
+		head := "### prompt " + strconv.Itoa(i+1) + "\n" + c.Prompt
+		at := strings.Index(out, head)
+		if at < 0 {
+			t.Fatalf("no section %q in\n%s", head, out)
+		}
+		body := out[at+len(head):]
+		body = body[:strings.Index(body, "\n###")]
+		if len(body) < 50 || !strings.HasPrefix(c.Output, body) {
+			t.Errorf("prompt %d: %q is not a prefix of llama.cpp's %q", i+1, body, c.Output)
+		}
+	}
+	if !strings.Contains(out, "tokens/s aggregate") {
+		t.Errorf("no aggregate speed line:\n%s", out)
+	}
+}
+
+func TestPerplexityCacheFlags(t *testing.T) {
+	m := testshared.Path(t, "models/stories260K.gguf")
+	f := testshared.Path(t, "reference/stories260K-textA.txt")
+	get := func(extra ...string) float64 {
+		code, out, errOut := run(t, append([]string{"perplexity", "-m", m, "-f", f}, extra...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, code, errOut)
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(out, "perplexity:")), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	base := get()
+	f32 := get("--cache-k", "f32", "--cache-v", "f32", "--block-size", "3", "--allocator", "contiguous")
+	int4 := get("--cache-k", "int4", "--cache-v", "int4", "--block-size", "32")
+	t.Logf("perplexity: f16 %.4f, f32 %.4f, int4 %.4f", base, f32, int4)
+	if math.Abs(f32-3.6607) > 0.001 {
+		t.Errorf("f32 K/V perplexity %.4f, llama.cpp's is 3.6607", f32)
+	}
+	if int4 <= f32 || int4 > f32*1.2 {
+		t.Errorf("int4 K/V perplexity %.4f should be a little worse than f32's %.4f", int4, f32)
 	}
 }

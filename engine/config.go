@@ -5,6 +5,7 @@ import (
 
 	"kvscope/engine/kvcache"
 	"kvscope/engine/kvstore"
+	"kvscope/engine/model"
 	"kvscope/engine/sched"
 )
 
@@ -54,10 +55,13 @@ func DefaultConfig() Config {
 	}
 }
 
-// storeConfig is the K/V store shape for this model and cache config, with
-// the pool's block count derived from the budget.
-func (e *Engine) storeConfig(c CacheConfig, ctx, maxSeqs int) (kvstore.Config, int64, error) {
-	sc := e.model.CacheConfig(c.BlockSize, 1, c.K, c.V)
+// PoolConfig returns the K/V store configuration for model m under cache
+// settings c: its shape, and the number of blocks the budget buys after
+// reserving, for each of maxSeqs sequences, the f16 residual that quantized
+// keys keep. A zero budget means enough for maxSeqs sequences of ctx
+// tokens (at most AutoBudgetCap). It also returns the budget in bytes.
+func PoolConfig(m *model.Model, c CacheConfig, ctx, maxSeqs int) (kvstore.Config, int64, error) {
+	sc := m.CacheConfig(c.BlockSize, 1, c.K, c.V)
 	if err := sc.Validate(); err != nil {
 		return sc, 0, err
 	}
@@ -67,17 +71,17 @@ func (e *Engine) storeConfig(c CacheConfig, ctx, maxSeqs int) (kvstore.Config, i
 		blocks := int64(maxSeqs) * int64((ctx+c.BlockSize-1)/c.BlockSize)
 		budget = min(blocks*int64(bb), AutoBudgetCap)
 	}
-	// Quantized keys keep one partly filled group in f16 per sequence.
-	budget -= int64(maxSeqs) * int64(kvstore.ResidualBytes(sc))
-	n, err := kvcache.NumBlocksFor(budget, bb)
-	if err != nil {
-		return sc, 0, err
-	}
-	if n < 1 {
-		return sc, 0, fmt.Errorf("a cache budget of %d bytes holds no block: one block of %d tokens takes %d bytes at K %s / V %s", c.Budget, c.BlockSize, bb, c.K, c.V)
+	avail := budget - int64(maxSeqs)*int64(kvstore.ResidualBytes(sc))
+	n, err := kvcache.NumBlocksFor(avail, bb)
+	if err != nil || n < 1 {
+		return sc, 0, fmt.Errorf("a cache budget of %d bytes holds no block: one block of %d tokens takes %d bytes at K %s / V %s", budget, c.BlockSize, bb, c.K, c.V)
 	}
 	sc.Blocks = n
 	return sc, budget, nil
+}
+
+func (e *Engine) storeConfig(c CacheConfig, ctx, maxSeqs int) (kvstore.Config, int64, error) {
+	return PoolConfig(e.model, c, ctx, maxSeqs)
 }
 
 // validate checks a whole configuration against the model.

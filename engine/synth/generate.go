@@ -29,21 +29,26 @@ var fileTypes = map[quant.Type]uint32{
 // tokens, so turns are marked with words.
 const chatTemplate = "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
 
-// tensorSpec is one tensor to make: its description and the standard
-// deviation of its random values (0: a norm weight, all ones).
+// quietScale scales the output rows of the special and byte tokens.
+const quietScale = 0.1
+
+// tensorSpec is one tensor to make: its description, the standard deviation
+// of its random values (0: a norm weight, all ones) and how many of its first
+// rows are scaled by quietScale.
 type tensorSpec struct {
 	info  gguf.TensorInfo
 	sigma float64
+	quiet int
 }
 
 // tensors lists a model's tensors in the order llama.cpp writes them.
 func (s Shape) tensors() []tensorSpec {
 	d, ff, q, kv := uint64(s.Dim), uint64(s.FFDim), uint64(s.Heads*s.HeadDim()), uint64(s.KVHeads*s.HeadDim())
 	matrix := func(name string, cols, rows uint64, sigma float64) tensorSpec {
-		return tensorSpec{gguf.TensorInfo{Name: name, Dims: []uint64{cols, rows}, Type: s.Type}, sigma}
+		return tensorSpec{info: gguf.TensorInfo{Name: name, Dims: []uint64{cols, rows}, Type: s.Type}, sigma: sigma}
 	}
 	norm := func(name string) tensorSpec {
-		return tensorSpec{gguf.TensorInfo{Name: name, Dims: []uint64{d}, Type: quant.F32}, 0}
+		return tensorSpec{info: gguf.TensorInfo{Name: name, Dims: []uint64{d}, Type: quant.F32}}
 	}
 	// A matrix's values have standard deviation 1/sqrt(its row length), so
 	// that each output of a matrix times a unit-RMS vector has variance 1
@@ -65,7 +70,13 @@ func (s Shape) tensors() []tensorSpec {
 			matrix(p+"ffn_down.weight", ff, d, fanIn(ff)),
 		)
 	}
-	return append(specs, norm("output_norm.weight"), matrix("output.weight", d, uint64(s.Vocab), fanIn(d)))
+	// The output rows of the special and byte tokens are 10 times smaller:
+	// their logits stay near 0 while those of the word pieces spread with
+	// standard deviation 1, so sampling (top-k, min-p) and greedy decoding
+	// pick words, not stray bytes, and generation ends by length, not EOS.
+	out := matrix("output.weight", d, uint64(s.Vocab), fanIn(d))
+	out.quiet = minVocab
+	return append(specs, norm("output_norm.weight"), out)
 }
 
 // metadata returns the file's metadata: what model.ReadConfig and
@@ -228,6 +239,11 @@ func fillChunk(data []byte, specs []tensorSpec, c chunk, seed uint64, scratch *[
 			for j := i; j < min(n, i+4); j++ {
 				x[j] = float32(int16(u)) * k
 				u >>= 16
+			}
+		}
+		for r := c.row0; r < min(c.row1, sp.quiet); r++ {
+			for i := (r - c.row0) * cols; i < (r-c.row0+1)*cols; i++ {
+				x[i] *= quietScale
 			}
 		}
 	}
