@@ -99,18 +99,17 @@ func (e *Engine) build(cfg Config) error {
 	if host == 0 {
 		host = budget
 	}
-	mgr, err := kvcache.New(kvcache.Config{
+	var step int64
+	if e.mgr != nil {
+		step = e.mgr.Step()
+	}
+	mgr, err := kvcache.New(kvcache.Config{FirstStep: step,
 		BlockSize: sc.BlockSize, BlockBytes: kvstore.BlockBytes(sc), Budget: int64(sc.Blocks) * int64(kvstore.BlockBytes(sc)),
 		HostBudget: host, Allocator: cfg.Cache.Allocator, Eviction: cfg.Cache.Eviction,
 		KPrecision: sc.K.String(), VPrecision: sc.V.String(), MaxLen: ctx, Overflow: cfg.Cache.Overflow,
 	}, st)
 	if err != nil {
 		return err
-	}
-	if e.mgr != nil {
-		for mgr.Step() < e.mgr.Step() { // keep the step count across rebuilds
-			mgr.Tick()
-		}
 	}
 	e.cfg, e.store, e.mgr, e.cacheCursor = cfg, st, mgr, 0
 	return nil

@@ -141,6 +141,10 @@ type Config struct {
 	Sinks    int            // default attention-sink tokens; 0 means 4
 
 	EventBuffer int // events kept in the ring; 0 means 4096
+
+	// FirstStep is the step count to start from, so that a pool rebuilt
+	// with new settings continues its predecessor's count.
+	FirstStep int64
 }
 
 // SeqOptions overrides the Config defaults for one sequence.

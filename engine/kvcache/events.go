@@ -2,7 +2,8 @@ package kvcache
 
 import (
 	"fmt"
-	"sync"
+
+	"kvscope/engine/ring"
 )
 
 // EventKind says what happened to the cache.
@@ -76,67 +77,9 @@ func (e Event) String() string {
 // EventLog is a bounded ring of the most recent events. The manager appends
 // to it without ever waiting for a reader: when the ring is full the oldest
 // event is overwritten. Any number of readers, on any goroutines, each keep
-// their own cursor and learn how many events they missed.
-type EventLog struct {
-	mu     sync.Mutex
-	ring   []Event
-	next   uint64 // ID the next event gets
-	notify chan struct{}
-}
+// their own cursor (Since) and learn how many events they missed.
+type EventLog = ring.Log[Event]
 
 func newEventLog(capacity int) *EventLog {
-	return &EventLog{ring: make([]Event, capacity), next: 1, notify: make(chan struct{}, 1)}
+	return ring.New(capacity, func(e *Event, id uint64) { e.ID = id })
 }
-
-func (l *EventLog) push(e Event) {
-	l.mu.Lock()
-	e.ID = l.next
-	l.ring[(l.next-1)%uint64(len(l.ring))] = e
-	l.next++
-	l.mu.Unlock()
-	select {
-	case l.notify <- struct{}{}:
-	default:
-	}
-}
-
-// Since returns the events with ID > after that are still in the ring, at
-// most max of them (all when max <= 0), and the cursor to pass next time.
-// dropped counts the events after the cursor that were overwritten before
-// this call read them. Start with after = 0.
-func (l *EventLog) Since(after uint64, max int) (events []Event, next uint64, dropped uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	last := l.next - 1 // newest ID
-	oldest := uint64(1)
-	if last > uint64(len(l.ring)) {
-		oldest = last - uint64(len(l.ring)) + 1
-	}
-	from := after + 1
-	if from < oldest {
-		dropped = oldest - from
-		from = oldest
-	}
-	to := last
-	if max > 0 && to >= from && to-from+1 > uint64(max) {
-		to = from + uint64(max) - 1
-	}
-	for id := from; id <= to; id++ {
-		events = append(events, l.ring[(id-1)%uint64(len(l.ring))])
-	}
-	if to < from {
-		return events, from - 1, dropped
-	}
-	return events, to, dropped
-}
-
-// Total returns how many events have been written since the log was made.
-func (l *EventLog) Total() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.next - 1
-}
-
-// Notify returns a channel that receives a value (coalesced: at most one
-// pending) after events are written. Use it to wait, then call Since.
-func (l *EventLog) Notify() <-chan struct{} { return l.notify }

@@ -8,7 +8,7 @@ import (
 func TestEventLogRing(t *testing.T) {
 	l := newEventLog(4)
 	for i := range 10 {
-		l.push(Event{Kind: EventAlloc, Seq: SeqID(i)})
+		l.Push(Event{Kind: EventAlloc, Seq: SeqID(i)})
 	}
 	tests := []struct {
 		name        string

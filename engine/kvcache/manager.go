@@ -126,6 +126,7 @@ func New(cfg Config, st Storage) (*Manager, error) {
 		seqs:   make(map[SeqID]*sequence),
 		host:   make(map[int]*hostBlock),
 		events: newEventLog(cfg.EventBuffer),
+		step:   cfg.FirstStep,
 	}, nil
 }
 
@@ -224,7 +225,7 @@ func (m *Manager) AppendBlockTable(dst []int, id SeqID) []int {
 }
 
 func (m *Manager) emit(kind EventKind, seq SeqID, blocks []int, tokens int, bytes int64, reason string) {
-	m.events.push(Event{Step: m.step, Kind: kind, Seq: seq, Blocks: blocks, Tokens: tokens, Bytes: bytes, Reason: reason})
+	m.events.Push(Event{Step: m.step, Kind: kind, Seq: seq, Blocks: blocks, Tokens: tokens, Bytes: bytes, Reason: reason})
 }
 
 func (m *Manager) resetBlock(id int) {

@@ -1,0 +1,6 @@
+//go:build race
+
+package inspector
+
+// raceEnabled says the race detector is on: timings mean nothing.
+const raceEnabled = true
