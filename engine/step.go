@@ -124,6 +124,13 @@ func (e *Engine) step() {
 		}
 	}
 
+	for _, sh := range plan.Shifts {
+		o := sh.Overflow
+		e.model.ShiftKeys(e.store, e.mgr.BlockTable(sh.Seq.ID), o.RotateFrom, o.RotateTo, -o.Shift)
+		e.event(Event{Kind: "shift", Request: e.seqs[sh.Seq.ID].r.id, Seq: sh.Seq.ID, Tokens: o.DroppedTo - o.DroppedFrom,
+			Text: fmt.Sprintf("%s reached its context limit: rolling window dropped tokens %d..%d after the attention sinks and re-positioned %d keys by -%d",
+				e.seqs[sh.Seq.ID].r.name(), o.DroppedFrom, o.DroppedTo-1, o.RotateTo-o.RotateFrom, o.Shift)})
+	}
 	var b model.Batch
 	for _, w := range plan.Work {
 		for pos := w.Start; pos < w.End; pos++ {

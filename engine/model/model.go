@@ -315,6 +315,36 @@ func (m *Model) rope(x []float32, pos int) {
 	}
 }
 
+// ShiftKeys re-positions the cached keys of positions [from, to) of the
+// sequence whose block table is blocks by delta positions, in every layer:
+// RoPE rotations compose, so rotating a key by the angle of delta moves it
+// from position p to p+delta. Values are written back unchanged. A rolling
+// context window (StreamingLLM) uses it after dropping tokens.
+func (m *Model) ShiftKeys(kv *kvstore.Store, blocks []int, from, to, delta int) {
+	bs, hd, nkv := kv.Config().BlockSize, m.HeadDim, m.KVHeads
+	kb := make([]float32, nkv*bs*hd)
+	vb := make([]float32, nkv*bs*hd)
+	k := make([]float32, nkv*hd)
+	v := make([]float32, nkv*hd)
+	for l := range m.Layers {
+		for b := from / bs; b*bs < to; b++ {
+			lo, hi := max(from, b*bs), min(to, (b+1)*bs)
+			n := hi - b*bs
+			kv.ReadK(l, blocks[b], n, kb[:nkv*n*hd])
+			kv.ReadV(l, blocks[b], n, vb[:nkv*n*hd])
+			for p := lo; p < hi; p++ {
+				t := p - b*bs
+				for h := range nkv {
+					copy(k[h*hd:(h+1)*hd], kb[(h*n+t)*hd:])
+					copy(v[h*hd:(h+1)*hd], vb[(h*n+t)*hd:])
+				}
+				m.rope(k, delta)
+				kv.Write(l, blocks[b], t, k, v)
+			}
+		}
+	}
+}
+
 // attention computes, for every row, softmax(q·Kᵀ/√d)·V over positions
 // 0..pos of the row's sequence, reading K and V block by block through its
 // table. Rows run in parallel; each row's sums run in position order.

@@ -209,3 +209,50 @@ func TestForwardErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestShiftKeys checks that re-positioning cached keys by -s equals writing
+// them at position p-s in the first place.
+func TestShiftKeys(t *testing.T) {
+	m := load(t, "models/stories260K.gguf")
+	kvDim := m.KVHeads * m.HeadDim
+	kv, err := kvstore.New(m.CacheConfig(4, 8, kvstore.F32, kvstore.F32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := []int{3, 1, 7, 0, 5}
+	raw := make([][]float32, 20)
+	for p := range raw {
+		raw[p] = make([]float32, kvDim)
+		for i := range raw[p] {
+			raw[p][i] = float32((p*31+i*7)%17)/8 - 1
+		}
+		k := append([]float32(nil), raw[p]...)
+		m.rope(k, p)
+		for l := range m.Layers {
+			kv.Write(l, blocks[p/4], p%4, k, raw[p])
+		}
+	}
+	const shift = 8
+	m.ShiftKeys(kv, blocks, 10, 20, -shift)
+	got := make([]float32, m.KVHeads*4*m.HeadDim)
+	for p := 10; p < 20; p++ {
+		want := append([]float32(nil), raw[p]...)
+		m.rope(want, p-shift)
+		kv.ReadK(m.Layers-1, blocks[p/4], 4, got)
+		for h := range m.KVHeads {
+			for d := range m.HeadDim {
+				g, w := got[(h*4+p%4)*m.HeadDim+d], want[h*m.HeadDim+d]
+				if math.Abs(float64(g-w)) > 1e-5 {
+					t.Fatalf("position %d head %d dim %d: %v, want %v", p, h, d, g, w)
+				}
+			}
+		}
+	}
+	// Keys before the range are untouched.
+	kv.ReadK(0, blocks[0], 4, got)
+	k0 := append([]float32(nil), raw[1]...)
+	m.rope(k0, 1)
+	if got[1*m.HeadDim] != k0[0] {
+		t.Errorf("key at position 1 changed: %v, want %v", got[1*m.HeadDim], k0[0])
+	}
+}

@@ -118,8 +118,18 @@ type Plan struct {
 	SwappedIn []*Seq
 	Preempted []*Seq // preempted this step (by recompute or swap)
 	Failed    []Failure
-	Prefill   int // prompt tokens planned
-	Decode    int // decode tokens planned
+	// Shifts are rolling-window shifts made this step: before running the
+	// plan, the caller must re-position each sequence's kept keys.
+	Shifts  []Shift
+	Prefill int // prompt tokens planned
+	Decode  int // decode tokens planned
+}
+
+// Shift is one rolling-window shift: Overflow says which kept keys moved
+// and by how much (see kvcache.Overflow).
+type Shift struct {
+	Seq      *Seq
+	Overflow kvcache.Overflow
 }
 
 // Failure is a sequence the scheduler had to give up on (it can never fit,
@@ -381,6 +391,9 @@ func (s *Scheduler) grow(q *Seq, p *Plan) (bool, error) {
 		if err == nil {
 			if r.Overflow != nil {
 				q.Tokens = s.m.Tokens(q.ID)
+				if r.Overflow.Policy == kvcache.RollingWindow && r.Overflow.RotateTo > r.Overflow.RotateFrom {
+					p.Shifts = append(p.Shifts, Shift{q, *r.Overflow})
+				}
 			}
 			return true, nil
 		}
