@@ -41,11 +41,14 @@ test: deps
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s ./engine/gguf
 
-# bench prints kernel throughput (GB/s against the machine's read bandwidth)
-# and model speed in tokens/s.
-bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 2x ./engine/model
-	$(GO) test -run '^$$' -bench 'MatMul' ./engine/quant
+# bench prints decode speed at 1, 4, 8 and 16 sequences on a synthetic
+# TinyLlama-shaped model next to the machine's bandwidth limit and
+# llama.cpp's figures, the K/V precision and allocator tables, and kernel
+# throughput in GB/s.
+bench: build
+	./$(BIN) bench decode
+	./$(BIN) bench cache
+	$(GO) test -run '^$$' -bench 'MatMul' -benchtime 20x ./engine/quant
 
 clean:
 	rm -f $(BIN)

@@ -23,6 +23,7 @@ var Commands = []Command{
 	{"info", "describe a GGUF model", infoCmd},
 	{"tokenize", "print a text's token ids as JSON", tokenizeCmd},
 	{"perplexity", "measure perplexity over a text file", perplexityCmd},
+	{"bench", "measure the cache (bench cache) and decode speed (bench decode)", benchCmd},
 }
 
 // errUsage marks an error caused by the command line; the flag set has

@@ -93,7 +93,7 @@ const maxRows = 256
 // given settings (its block table comes from a real cache manager) and
 // returns the logits of every position.
 func teacherForced(m *model.Model, ids []int, c engine.CacheConfig, ctx int) ([][]float32, error) {
-	sc, budget, err := engine.PoolConfig(m, c, ctx, 1)
+	sc, _, err := engine.PoolConfig(m, c, ctx, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func teacherForced(m *model.Model, ids []int, c engine.CacheConfig, ctx int) ([]
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := kvcache.New(kvcache.Config{BlockSize: sc.BlockSize, BlockBytes: kvstore.BlockBytes(sc), Budget: budget,
+	mgr, err := kvcache.New(kvcache.Config{BlockSize: sc.BlockSize, BlockBytes: kvstore.BlockBytes(sc), Budget: int64(sc.Blocks) * int64(kvstore.BlockBytes(sc)),
 		Allocator: c.Allocator, Eviction: c.Eviction, MaxLen: len(ids)}, st)
 	if err != nil {
 		return nil, err
@@ -128,4 +128,15 @@ func teacherForced(m *model.Model, ids []int, c engine.CacheConfig, ctx int) ([]
 		out = append(out, logits...)
 	}
 	return out, nil
+}
+
+// klDiv returns KL(softmax(p) ‖ softmax(q)).
+func klDiv(p, q []float32) float64 {
+	lp := sample.LogSoftmax(nil, p)
+	lq := sample.LogSoftmax(nil, q)
+	var kl float64
+	for i := range lp {
+		kl += math.Exp(float64(lp[i])) * float64(lp[i]-lq[i])
+	}
+	return kl
 }

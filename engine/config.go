@@ -67,11 +67,12 @@ func PoolConfig(m *model.Model, c CacheConfig, ctx, maxSeqs int) (kvstore.Config
 	}
 	bb := kvstore.BlockBytes(sc)
 	budget := c.Budget
+	residual := int64(maxSeqs) * int64(kvstore.ResidualBytes(sc))
 	if budget == 0 {
 		blocks := int64(maxSeqs) * int64((ctx+c.BlockSize-1)/c.BlockSize)
-		budget = min(blocks*int64(bb), AutoBudgetCap)
+		budget = min(blocks*int64(bb)+residual, AutoBudgetCap)
 	}
-	avail := budget - int64(maxSeqs)*int64(kvstore.ResidualBytes(sc))
+	avail := budget - residual
 	n, err := kvcache.NumBlocksFor(avail, bb)
 	if err != nil || n < 1 {
 		return sc, 0, fmt.Errorf("a cache budget of %d bytes holds no block: one block of %d tokens takes %d bytes at K %s / V %s", budget, c.BlockSize, bb, c.K, c.V)

@@ -8,7 +8,6 @@ import (
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/canvas"
 	"fyne.io/fyne/v2/container"
-	"fyne.io/fyne/v2/layout"
 	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
 
@@ -59,7 +58,7 @@ func New() *Inspector {
 		History: NewHistory(),
 		Log:     NewEventLog(),
 		caption: widget.NewLabel(""),
-		legend:  container.New(layout.NewRowWrapLayoutWithCustomPadding(10, 2)),
+		legend:  container.NewHBox(),
 		details: widget.NewLabel("Hover a block for its details; tap one to draw its sequence's block table."),
 	}
 	in.caption.Truncation = fyne.TextTruncateEllipsis
@@ -81,7 +80,7 @@ func New() *Inspector {
 	in.Heatmap.OnSelect = func(kvcache.SeqID, bool) { in.showDetails() }
 
 	top := container.NewBorder(nil, nil, widget.NewLabel("Colour by"), nil, in.Modes)
-	heat := container.NewBorder(container.NewVBox(top, in.caption), container.NewVBox(in.legend, in.details), nil, nil, in.Heatmap)
+	heat := container.NewBorder(container.NewVBox(top, in.caption), container.NewVBox(container.NewHScroll(in.legend), in.details), nil, nil, in.Heatmap)
 	lower := container.NewHSplit(in.History, in.Log)
 	lower.Offset = 0.45
 	bottom := container.NewBorder(in.Gauges, nil, nil, nil, lower)

@@ -3,6 +3,7 @@ package gguf
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -304,4 +305,30 @@ func TestValueTypeOf(t *testing.T) {
 			t.Errorf("ValueTypeOf(%#v) = %s, %v; want %s, %v", tc.v, got, ok, tc.want, tc.ok)
 		}
 	}
+}
+
+// Write a file with metadata and one tensor, then read it back.
+func ExampleWrite() {
+	kvs := []KV{
+		NewKV("general.architecture", "llama"),
+		NewKV("llama.block_count", uint32(2)),
+		NewKV("tokenizer.ggml.tokens", []string{"<unk>", "<s>", "</s>"}),
+	}
+	data := make([]byte, 2*4*4) // a 2×4 F32 matrix of zeros
+	tensors := []WriteTensor{{Name: "w", Dims: []uint64{4, 2}, Type: quant.F32, Data: data}}
+	var buf bytes.Buffer
+	if err := Write(&buf, kvs, tensors); err != nil {
+		fmt.Println(err)
+		return
+	}
+	f, err := Parse(buf.Bytes())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	n, _ := f.Uint("llama.block_count")
+	tokens, _ := f.Strings("tokenizer.ggml.tokens")
+	w, _ := f.Tensor("w")
+	fmt.Println(buf.Len(), n, tokens, w.Dims, w.Type, f.DataOffset, w.Offset)
+	// Output: 256 2 [<unk> <s> </s>] [4 2] F32 224 0
 }

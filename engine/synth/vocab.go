@@ -67,7 +67,7 @@ func (v *vocab) add(seen map[string]bool, n int, text string, typ int32, score f
 	v.scores = append(v.scores, score)
 }
 
-// buildVocab returns a vocabulary of exactly n tokens (n >= minVocab), the
+// buildVocab returns a vocabulary of exactly n tokens (n > minVocab), the
 // same for the same n, laid out as Llama's SPM vocabularies are: <unk>,
 // <s>, </s>, the byte tokens <0x00>..<0xFF>, single characters, then
 // multi-character pieces.

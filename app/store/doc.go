@@ -1,0 +1,11 @@
+// Package store saves and restores kvscope's conversations, drafts and
+// settings as JSON files in one directory, atomically.
+//
+// Each save writes a temporary file in the same directory, syncs it and
+// renames it over the old one, so a crash or a kill leaves either the old
+// file or the new one, never half of each. A file that cannot be read back
+// (truncated, edited by hand, from an unknown future version) is never
+// overwritten: Load renames it aside, next to the original with a
+// ".corrupt-<time>" suffix, starts from an empty state and says so in a
+// *CorruptError, so the user can be told where their data went.
+package store

@@ -1,0 +1,278 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Version is the file format version this package writes and reads.
+const Version = 1
+
+// The file names in the directory.
+const (
+	ConversationsFile = "conversations.json"
+	SettingsFile      = "settings.json"
+)
+
+// Message is one turn of a conversation.
+type Message struct {
+	Role string `json:"role"` // "user" or "assistant"
+	Text string `json:"text"`
+	// Assistant messages: how the reply ended ("stop", "length",
+	// "cancelled", "error", "interrupted" when the app stopped while it was
+	// generating, "" while generating), its tokens and speed.
+	Finish string    `json:"finish,omitempty"`
+	Error  string    `json:"error,omitempty"`
+	Tokens int       `json:"tokens,omitempty"`
+	TPS    float64   `json:"tps,omitempty"`
+	Cached int       `json:"cached,omitempty"` // prompt tokens reused from the prefix cache
+	Prompt int       `json:"prompt,omitempty"` // prompt tokens
+	Time   time.Time `json:"time"`
+}
+
+// Sampling are a conversation's sampling settings.
+type Sampling struct {
+	Temperature   float32 `json:"temperature"`
+	TopK          int     `json:"top_k"`
+	TopP          float32 `json:"top_p"`
+	MinP          float32 `json:"min_p"`
+	RepeatPenalty float32 `json:"repeat_penalty"`
+	MaxTokens     int     `json:"max_tokens"` // 0: until the context is full
+	Seed          uint64  `json:"seed"`       // 0: a new random seed each reply
+}
+
+// DefaultSampling returns llama.cpp's default sampling and 256-token replies.
+func DefaultSampling() Sampling {
+	return Sampling{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05, RepeatPenalty: 1, MaxTokens: 256}
+}
+
+// Conversation is one chat: its messages, settings and unsent draft.
+type Conversation struct {
+	ID       int64     `json:"id"`
+	Title    string    `json:"title"`
+	System   string    `json:"system,omitempty"`
+	Sampling Sampling  `json:"sampling"`
+	Messages []Message `json:"messages"`
+	Draft    string    `json:"draft,omitempty"`
+	Created  time.Time `json:"created"`
+	Updated  time.Time `json:"updated"`
+}
+
+// Conversations is the content of ConversationsFile.
+type Conversations struct {
+	Version  int            `json:"version"`
+	Selected int64          `json:"selected"` // the conversation shown
+	NextID   int64          `json:"next_id"`
+	List     []Conversation `json:"conversations"`
+}
+
+// Cache are the cache and scheduler settings the controls set, by name.
+type Cache struct {
+	BlockSize int    `json:"block_size"`
+	Budget    int64  `json:"budget"` // bytes; 0: automatic
+	K         string `json:"k"`
+	V         string `json:"v"`
+	Eviction  string `json:"eviction"`
+	Preempt   string `json:"preempt"`
+	Allocator string `json:"allocator"`
+	Overflow  string `json:"overflow"`
+	MaxSeqs   int    `json:"max_seqs"`
+}
+
+// Settings is the content of SettingsFile.
+type Settings struct {
+	Version      int      `json:"version"`
+	LastModel    string   `json:"last_model,omitempty"` // a path, or "demo"
+	RecentModels []string `json:"recent_models,omitempty"`
+	Cache        *Cache   `json:"cache,omitempty"`
+	HeatmapMode  string   `json:"heatmap_mode,omitempty"`
+}
+
+// MaxRecent is how many recent models Settings keeps.
+const MaxRecent = 8
+
+// AddRecent puts path first in the recent models, without duplicates.
+func (s *Settings) AddRecent(path string) {
+	out := []string{path}
+	for _, p := range s.RecentModels {
+		if p != path && len(out) < MaxRecent {
+			out = append(out, p)
+		}
+	}
+	s.RecentModels = out
+}
+
+// CorruptError says a file could not be read and where it was moved.
+type CorruptError struct {
+	File  string // the file that was unreadable
+	Aside string // where it is now
+	Err   error  // what was wrong
+}
+
+// Error names the file, the problem and where the file was set aside.
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%s could not be read (%v); it was set aside as %s and kvscope started without it", e.File, e.Err, e.Aside)
+}
+
+// Unwrap returns what was wrong with the file.
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Store reads and writes the files of one directory. Its methods are safe
+// for concurrent use.
+type Store struct {
+	dir string
+	mu  sync.Mutex
+	now func() time.Time
+}
+
+// Open returns a store over dir, creating the directory if needed.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("store: no directory given")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("store: cannot create %s: %w", dir, err)
+	}
+	return &Store{dir: dir, now: time.Now}, nil
+}
+
+// Dir returns the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// DefaultDir returns os.UserConfigDir()/kvscope.
+func DefaultDir() (string, error) {
+	d, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("store: no user configuration directory: %w", err)
+	}
+	return filepath.Join(d, "kvscope"), nil
+}
+
+// LoadConversations reads the conversations. A missing file gives an empty
+// list and no error; an unreadable one is set aside (see CorruptError).
+func (s *Store) LoadConversations() (Conversations, error) {
+	var c Conversations
+	err := s.load(ConversationsFile, &c, func() error {
+		if c.Version != Version {
+			return fmt.Errorf("format version %d, this kvscope reads version %d", c.Version, Version)
+		}
+		seen := map[int64]bool{}
+		for _, conv := range c.List {
+			if seen[conv.ID] {
+				return fmt.Errorf("conversation id %d appears twice", conv.ID)
+			}
+			seen[conv.ID] = true
+			c.NextID = max(c.NextID, conv.ID+1)
+		}
+		return nil
+	})
+	if err != nil {
+		return Conversations{Version: Version}, err
+	}
+	if c.Version == 0 {
+		c.Version = Version
+	}
+	return c, nil
+}
+
+// SaveConversations writes the conversations atomically.
+func (s *Store) SaveConversations(c Conversations) error {
+	c.Version = Version
+	return s.save(ConversationsFile, c)
+}
+
+// LoadSettings reads the settings, like LoadConversations.
+func (s *Store) LoadSettings() (Settings, error) {
+	var st Settings
+	err := s.load(SettingsFile, &st, func() error {
+		if st.Version != Version {
+			return fmt.Errorf("format version %d, this kvscope reads version %d", st.Version, Version)
+		}
+		return nil
+	})
+	if err != nil {
+		return Settings{Version: Version}, err
+	}
+	if st.Version == 0 {
+		st.Version = Version
+	}
+	return st, nil
+}
+
+// SaveSettings writes the settings atomically.
+func (s *Store) SaveSettings(st Settings) error {
+	st.Version = Version
+	return s.save(SettingsFile, st)
+}
+
+// load reads name into v and checks it; on failure it sets the file aside.
+func (s *Store) load(name string, v any, check func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	path := filepath.Join(s.dir, name)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("store: cannot read %s: %w", path, err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	bad := dec.Decode(v)
+	if bad == nil && dec.More() {
+		bad = errors.New("extra data after the JSON value")
+	}
+	if bad == nil {
+		bad = check()
+	}
+	if bad == nil {
+		return nil
+	}
+	aside := fmt.Sprintf("%s.corrupt-%s", path, s.now().UTC().Format("20060102-150405.000000000"))
+	if err := os.Rename(path, aside); err != nil {
+		return fmt.Errorf("store: %s could not be read (%v) nor set aside: %w", path, bad, err)
+	}
+	return &CorruptError{File: path, Aside: aside, Err: bad}
+}
+
+// save writes v to name through a synced temporary file and a rename.
+func (s *Store) save(name string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("store: cannot encode %s: %w", name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	path := filepath.Join(s.dir, name)
+	f, err := os.CreateTemp(s.dir, name+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("store: cannot save %s: %w", path, err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(append(data, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("store: cannot save %s: %w", path, err)
+	}
+	if d, err := os.Open(s.dir); err == nil { // make the rename durable
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
