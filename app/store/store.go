@@ -156,6 +156,8 @@ func DefaultDir() (string, error) {
 
 // LoadConversations reads the conversations. A missing file gives an empty
 // list and no error; an unreadable one is set aside (see CorruptError).
+// Replies that were still generating when the file was saved (the app was
+// killed) come back with Finish "interrupted" and the text they had.
 func (s *Store) LoadConversations() (Conversations, error) {
 	var c Conversations
 	err := s.load(ConversationsFile, &c, func() error {
@@ -177,6 +179,13 @@ func (s *Store) LoadConversations() (Conversations, error) {
 	}
 	if c.Version == 0 {
 		c.Version = Version
+	}
+	for i := range c.List {
+		for j := range c.List[i].Messages {
+			if m := &c.List[i].Messages[j]; m.Role == "assistant" && m.Finish == "" {
+				m.Finish = "interrupted"
+			}
+		}
 	}
 	return c, nil
 }
