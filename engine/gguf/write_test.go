@@ -332,3 +332,57 @@ func ExampleWrite() {
 	fmt.Println(buf.Len(), n, tokens, w.Dims, w.Type, f.DataOffset, w.Offset)
 	// Output: 256 2 [<unk> <s> </s>] [4 2] F32 224 0
 }
+
+// rewrite writes what f holds (its metadata and tensors) with Write.
+func rewrite(f *File) ([]byte, error) {
+	tensors := make([]WriteTensor, len(f.Tensors))
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		tensors[i] = WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Data: f.TensorData(ti)}
+	}
+	var buf bytes.Buffer
+	err := Write(&buf, f.KVs, tensors)
+	return buf.Bytes(), err
+}
+
+// FuzzWriteParsed checks that whatever the reader accepts, the writer writes
+// back (unless a tensor name breaks ggml's rules), that the result parses to
+// the same metadata and tensors, and that writing it again gives the same
+// bytes.
+func FuzzWriteParsed(f *testing.F) {
+	f.Add(validFile())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, err := Parse(data)
+		if err != nil {
+			return
+		}
+		b, err := rewrite(g)
+		if err != nil {
+			if strings.Contains(err.Error(), "empty name") || strings.Contains(err.Error(), "ggml allows at most") {
+				return
+			}
+			t.Fatalf("the reader accepts the file, the writer does not: %v", err)
+		}
+		h, err := Parse(b)
+		if err != nil {
+			t.Fatalf("the rewritten file does not parse: %v", err)
+		}
+		if len(h.KVs) != len(g.KVs) || len(h.Tensors) != len(g.Tensors) {
+			t.Fatalf("%d pairs and %d tensors, want %d and %d", len(h.KVs), len(h.Tensors), len(g.KVs), len(g.Tensors))
+		}
+		// %#v tells values, types, -0 and NaN apart (NaN != NaN for DeepEqual).
+		if a, b := fmt.Sprintf("%#v", g.KVs), fmt.Sprintf("%#v", h.KVs); a != b {
+			t.Fatalf("metadata changed:\n%s\nnow\n%s", a, b)
+		}
+		for i := range h.Tensors {
+			a, b := &g.Tensors[i], &h.Tensors[i]
+			if a.Name != b.Name || a.Type != b.Type || !reflect.DeepEqual(a.Dims, b.Dims) || !bytes.Equal(g.TensorData(a), h.TensorData(b)) {
+				t.Fatalf("tensor %d changed: %s %s %v, now %s %s %v", i, a.Name, a.Type, a.Dims, b.Name, b.Type, b.Dims)
+			}
+		}
+		again, err := rewrite(h)
+		if err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("writing the rewritten file again gives different bytes (error %v)", err)
+		}
+	})
+}

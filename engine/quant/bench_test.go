@@ -40,29 +40,42 @@ func BenchmarkDotQ4_K(b *testing.B)   { benchDot(b, Q4_K) }
 func BenchmarkDotQ5_K(b *testing.B)   { benchDot(b, Q5_K) }
 func BenchmarkDotQ6_K(b *testing.B)   { benchDot(b, Q6_K) }
 
-// BenchmarkMatMul multiplies a 2048×2048 weight matrix (a 1B-class model's
-// attention projection) by nx vectors on all GOMAXPROCS threads. The byte
-// rate counts the weight bytes read per call, so at nx=1 it compares with
-// the machine's read bandwidth.
+// BenchmarkMatMul multiplies a rows×cols weight matrix by nx vectors on all
+// GOMAXPROCS threads, at the shapes of a TinyLlama-class model: 2048×2048
+// (attention projections) and 5632×2048 (feed-forward gate and up). nx is
+// the batch: the number of sequences decoded together. The byte rate counts
+// the weight bytes read per call, so at nx=1 it compares with the machine's
+// read bandwidth; Gelem·vec/s counts multiply-adds (rows×cols×nx) per
+// second of wall time, so batching pays when it grows with nx; Gelem·vec/cpu-s
+// counts them per second of CPU time (all threads), which other work on a
+// shared machine disturbs less.
 func BenchmarkMatMul(b *testing.B) {
-	const rows, cols = 2048, 2048
+	shapes := []struct{ rows, cols int }{{2048, 2048}, {5632, 2048}}
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, ty := range []Type{F32, F16, Q8_0, Q4_0, Q4_K, Q6_K} {
-		var w []byte
-		for range rows {
-			w = append(w, randomRow(r, ty, cols)...)
-		}
-		for _, nx := range []int{1, 8} {
-			x := gaussian(r, nx*cols, 1)
-			out := make([]float32, nx*rows)
-			b.Run(fmt.Sprintf("%s/nx=%d", ty, nx), func(b *testing.B) {
-				b.SetBytes(int64(len(w)))
-				for b.Loop() {
-					if err := MatMul(ty, w, rows, cols, x, out); err != nil {
-						b.Fatal(err)
+		for _, sh := range shapes {
+			w := make([]byte, 0, sh.rows*len(randomRow(r, ty, sh.cols)))
+			for range sh.rows {
+				w = append(w, randomRow(r, ty, sh.cols)...)
+			}
+			for _, nx := range []int{1, 4, 8, 16} {
+				x := gaussian(r, nx*sh.cols, 1)
+				out := make([]float32, nx*sh.rows)
+				b.Run(fmt.Sprintf("%s/%dx%d/nx=%d", ty, sh.rows, sh.cols, nx), func(b *testing.B) {
+					b.SetBytes(int64(len(w)))
+					cpu0 := processCPU()
+					for b.Loop() {
+						if err := MatMul(ty, w, sh.rows, sh.cols, x, out); err != nil {
+							b.Fatal(err)
+						}
 					}
-				}
-			})
+					macs := float64(sh.rows) * float64(sh.cols) * float64(nx) * float64(b.N)
+					b.ReportMetric(macs/b.Elapsed().Seconds()/1e9, "Gelem·vec/s")
+					if cpu := processCPU() - cpu0; cpu > 0 {
+						b.ReportMetric(macs/cpu.Seconds()/1e9, "Gelem·vec/cpu-s")
+					}
+				})
+			}
 		}
 	}
 }

@@ -12,18 +12,24 @@ import (
 // more than it saves.
 const serialWork = 1 << 16
 
+// maxVec is the most vectors multiplied in one pass over a tile of rows;
+// more vectors take several passes, so that the activations a pass reads
+// stay in cache.
+const maxVec = 32
+
 // MatMul multiplies the weight matrix w, which holds rows rows of cols
 // elements of type t, by nx = len(x)/cols activation vectors stored one
 // after another in x. It writes out[b*rows+r] = dot(row r of w, vector b),
 // so len(out) must be nx*rows.
 //
-// Rows are shared out among GOMAXPROCS goroutines in chunks; each row is
-// multiplied by all nx vectors while it is in cache. Every output is
-// computed by the same arithmetic as the function DotFunc(t) returns, on the
-// same row and vector (for types with block minimums, the sums of groups of
-// activations are computed once per call instead of once per row, by the
-// same code), so the result for (b, r) is bit-identical to DotFunc's
-// whatever nx is and however the rows are split.
+// Rows are shared out among GOMAXPROCS goroutines in chunks. Within a
+// chunk, rows are taken in small tiles (eight rows for one vector, two rows
+// for several); each block of a tile's rows is unpacked once and multiplied
+// by all the vectors, so the cost of unpacking is shared by the batch.
+// Every output is computed by the same arithmetic, in the same order, as
+// the function DotFunc(t) returns, on the same row and vector, so the
+// result for (b, r) is bit-identical to DotFunc's whatever nx is, whatever
+// the other vectors are, and however the rows are split.
 func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error {
 	k, err := kernelFor(t)
 	if err != nil {
@@ -49,10 +55,11 @@ func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error 
 	if rows == 0 || nx == 0 {
 		return nil
 	}
-	m := matmul{dot: k.dot, w: w, rb: rb, rows: rows, cols: cols, x: x, nx: nx, out: out}
-	if k.dotSums != nil {
+	f := k.f
+	m := matmul{f: f, w: w, rb: rb, rows: rows, cols: cols, x: x, nx: nx, out: out}
+	if f.sumGroup > 0 {
 		// Sum each group of activations once for all rows.
-		m.dotSums, m.ng = k.dotSums, cols/k.sumGroup
+		m.ng = cols / f.sumGroup
 		sp := sumsPool.Get().(*[]float32)
 		defer sumsPool.Put(sp)
 		if cap(*sp) < nx*m.ng {
@@ -60,7 +67,7 @@ func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error 
 		}
 		m.sums = (*sp)[:nx*m.ng]
 		for b := range nx {
-			subSums(x[b*cols:(b+1)*cols], k.sumGroup, m.sums[b*m.ng:(b+1)*m.ng])
+			subSums(x[b*cols:(b+1)*cols], f.sumGroup, m.sums[b*m.ng:(b+1)*m.ng])
 		}
 	}
 
@@ -69,7 +76,7 @@ func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error 
 		m.do(0, rows)
 		return nil
 	}
-	chunk := max(4, rows/(8*workers))
+	chunk := (max(8, rows/(8*workers)) + 7) &^ 7 // whole 8-row tiles
 	var next atomic.Int64
 	work := func() {
 		for {
@@ -95,10 +102,9 @@ var sumsPool = sync.Pool{New: func() any { return new([]float32) }}
 
 // matmul is one MatMul call's operands.
 type matmul struct {
-	dot        func(row []byte, x []float32) float32
-	dotSums    func(row []byte, x, sums []float32) float32
-	sums       []float32 // nx × ng group sums for dotSums
-	ng         int       // groups per vector
+	f          *format
+	sums       []float32 // nx × ng group sums, for types with minimums
+	ng         int       // sum groups per vector
 	w          []byte
 	rb         int // bytes per row
 	rows, cols int
@@ -107,17 +113,120 @@ type matmul struct {
 	out        []float32
 }
 
+// tileScratch is one goroutine's working memory: the unpacked span of up
+// to eight rows, the activations of up to maxVec vectors for that span,
+// the partial products of every (row, vector) pair (16 groups each,
+// pair i*nv+v) and their running totals.
+type tileScratch struct {
+	w   [8][span]float32
+	x   [maxVec][]float32
+	p   [16 * 2 * maxVec]float32
+	acc [2 * maxVec]float32
+}
+
+var tilePool = sync.Pool{New: func() any { return new(tileScratch) }}
+
 // do computes rows [r0, r1) for every vector.
 func (m *matmul) do(r0, r1 int) {
-	for r := r0; r < r1; r++ {
-		row := m.w[r*m.rb : (r+1)*m.rb]
-		for b := 0; b < m.nx; b++ {
-			xb := m.x[b*m.cols : (b+1)*m.cols]
-			if m.dotSums != nil {
-				m.out[b*m.rows+r] = m.dotSums(row, xb, m.sums[b*m.ng:(b+1)*m.ng])
-			} else {
-				m.out[b*m.rows+r] = m.dot(row, xb)
+	s := tilePool.Get().(*tileScratch)
+	defer tilePool.Put(s)
+	for v0 := 0; v0 < m.nx; v0 += maxVec {
+		nv := min(maxVec, m.nx-v0)
+		tr := 2 // rows per tile
+		if nv == 1 {
+			tr = 8
+		}
+		for r := r0; r < r1; r += tr {
+			m.tile(s, r, min(tr, r1-r), v0, nv)
+		}
+	}
+}
+
+// tile computes rows [r, r+nr) for vectors [v0, v0+nv): nr*nv <= 2*maxVec.
+func (m *matmul) tile(s *tileScratch, r, nr, v0, nv int) {
+	f := m.f
+	acc := s.acc[:nr*nv]
+	clear(acc)
+	for e0 := 0; e0 < m.cols; e0 += span {
+		n := min(span, m.cols-e0)
+		bo := e0 / f.bs * f.ts
+		for i := range nr {
+			f.unpack(m.w[(r+i)*m.rb+bo:], n, &s.w[i])
+		}
+		for v := range nv {
+			o := (v0+v)*m.cols + e0
+			s.x[v] = m.x[o : o+n]
+		}
+		s.products(nr, nv, n)
+		var sums []float32
+		if f.sumGroup > 0 {
+			sums = m.sums[v0*m.ng+e0/f.sumGroup:]
+		}
+		for i := range nr {
+			f.finish(m.w[(r+i)*m.rb+bo:], n, s.p[16*nv*i:16*nv*(i+1)], sums, m.ng, acc[nv*i:nv*(i+1)])
+		}
+	}
+	for i := range nr {
+		for v := range nv {
+			m.out[(v0+v)*m.rows+r+i] = acc[nv*i+v]
+		}
+	}
+}
+
+// grp returns the 16-element group at offset o of a.
+func grp(a []float32, o int) *[16]float32 { return (*[16]float32)(a[o:]) }
+
+// products fills s.p with the partial products of the nr unpacked rows in
+// s.w with the nv activation spans in s.x, n elements each, using the
+// widest kernel that fits; any kernel gives the same bits for a pair.
+func (s *tileScratch) products(nr, nv, n int) {
+	ng := n / 16
+	p := &s.p
+	done := 0 // vectors done by the wide kernels (for all nr rows)
+	switch {
+	case nr == 8 && nv == 1:
+		x := s.x[0]
+		for g := range ng {
+			o := 16 * g
+			p[g], p[16+g], p[32+g], p[48+g], p[64+g], p[80+g], p[96+g], p[112+g] = mac8x1(
+				grp(s.w[0][:], o), grp(s.w[1][:], o), grp(s.w[2][:], o), grp(s.w[3][:], o),
+				grp(s.w[4][:], o), grp(s.w[5][:], o), grp(s.w[6][:], o), grp(s.w[7][:], o),
+				grp(x, o))
+		}
+		done = 1
+	case nr == 2:
+		w0, w1 := s.w[0][:], s.w[1][:]
+		for ; done+4 <= nv; done += 4 {
+			x0, x1, x2, x3 := s.x[done], s.x[done+1], s.x[done+2], s.x[done+3]
+			q0, q1 := 16*done, 16*(nv+done) // pairs (0, done) and (1, done)
+			for g := range ng {
+				o := 16 * g
+				p[q0+g], p[q0+16+g], p[q0+32+g], p[q0+48+g],
+					p[q1+g], p[q1+16+g], p[q1+32+g], p[q1+48+g] = mac2x4(
+					grp(w0, o), grp(w1, o), grp(x0, o), grp(x1, o), grp(x2, o), grp(x3, o))
 			}
+		}
+		for ; done+2 <= nv; done += 2 {
+			x0, x1 := s.x[done], s.x[done+1]
+			q0, q1 := 16*done, 16*(nv+done)
+			for g := range ng {
+				o := 16 * g
+				p[q0+g], p[q0+16+g], p[q1+g], p[q1+16+g] = mac2x2(
+					grp(w0, o), grp(w1, o), grp(x0, o), grp(x1, o))
+			}
+		}
+	}
+	if n%16 != 0 {
+		// A short last group (plain types): the wide kernels skipped it.
+		for i := range nr {
+			for v := range done {
+				p[16*(nv*i+v)+ng] = mac1(s.w[i][16*ng:n], s.x[v][16*ng:])
+			}
+		}
+	}
+	for i := range nr {
+		for v := done; v < nv; v++ {
+			pairProducts(&s.w[i], s.x[v], n, (*[16]float32)(p[16*(nv*i+v):]))
 		}
 	}
 }

@@ -35,18 +35,34 @@ const quietScale = 0.1
 
 // tensorSpec is one tensor to make: its description, the standard deviation
 // of its random values (0: a norm weight, all ones) and how many of its first
-// rows are scaled by quietScale.
+// rows are scaled by quietScale, and whether its blocks come from a pool.
 type tensorSpec struct {
-	info  gguf.TensorInfo
-	sigma float64
-	quiet int
+	info   gguf.TensorInfo
+	sigma  float64
+	quiet  int
+	pooled bool // made of blocks from a blockPool
+}
+
+// poolMinParams is the size from which a model in a type without a direct
+// draw is made of pooled blocks (see blockPool).
+const poolMinParams = 1 << 26
+
+// pooled reports whether the matrices of a model of shape s are made of
+// pooled blocks.
+func (s Shape) pooled() bool {
+	switch s.Type {
+	case quant.Q4_0, quant.Q8_0, quant.F16, quant.BF16, quant.F32:
+		return false
+	}
+	return s.Params() >= poolMinParams
 }
 
 // tensors lists a model's tensors in the order llama.cpp writes them.
 func (s Shape) tensors() []tensorSpec {
 	d, ff, q, kv := uint64(s.Dim), uint64(s.FFDim), uint64(s.Heads*s.HeadDim()), uint64(s.KVHeads*s.HeadDim())
+	pooled := s.pooled()
 	matrix := func(name string, cols, rows uint64, sigma float64) tensorSpec {
-		return tensorSpec{info: gguf.TensorInfo{Name: name, Dims: []uint64{cols, rows}, Type: s.Type}, sigma: sigma}
+		return tensorSpec{info: gguf.TensorInfo{Name: name, Dims: []uint64{cols, rows}, Type: s.Type}, sigma: sigma, pooled: pooled}
 	}
 	norm := func(name string) tensorSpec {
 		return tensorSpec{info: gguf.TensorInfo{Name: name, Dims: []uint64{d}, Type: quant.F32}}
@@ -181,8 +197,23 @@ type chunk struct {
 	t, n, row0, row1 int
 }
 
+// filler holds what every goroutine of fill reads.
+type filler struct {
+	data  []byte // the data section
+	specs []tensorSpec
+	seed  uint64
+	pools map[poolKey]*blockPool // for pooled tensors, made before filling
+}
+
+// worker holds one goroutine's scratch space.
+type worker struct {
+	x      []float32
+	tables halfTables
+}
+
 // fill writes every tensor's values into the data section, in parallel.
 func fill(data []byte, specs []tensorSpec, seed uint64) error {
+	f := &filler{data: data, specs: specs, seed: seed, pools: map[poolKey]*blockPool{}}
 	var chunks []chunk
 	for t, sp := range specs {
 		cols := int(sp.info.Dims[0])
@@ -190,6 +221,22 @@ func fill(data []byte, specs []tensorSpec, seed uint64) error {
 		per := max(1, chunkValues/cols)
 		for n, r := 0, 0; r < rows; n, r = n+1, r+per {
 			chunks = append(chunks, chunk{t, n, r, min(rows, r+per)})
+		}
+		if sp.pooled {
+			sigmas := []float64{sp.sigma}
+			if sp.quiet > 0 {
+				sigmas = append(sigmas, sp.sigma*quietScale)
+			}
+			for _, sigma := range sigmas {
+				k := poolKey{sp.info.Type, sigma}
+				if f.pools[k] == nil {
+					p, err := newBlockPool(k, seed)
+					if err != nil {
+						return fmt.Errorf("tensor %s: %w", sp.info.Name, err)
+					}
+					f.pools[k] = p
+				}
+			}
 		}
 	}
 	var (
@@ -200,13 +247,13 @@ func fill(data []byte, specs []tensorSpec, seed uint64) error {
 	)
 	for range min(runtime.GOMAXPROCS(0), len(chunks)) {
 		wg.Go(func() {
-			var scratch []float32
+			w := &worker{}
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(chunks) {
 					return
 				}
-				if e := fillChunk(data, specs, chunks[i], seed, &scratch); e != nil {
+				if e := f.chunk(w, chunks[i]); e != nil {
 					errOnce.Do(func() { err = e })
 					return
 				}
@@ -217,23 +264,23 @@ func fill(data []byte, specs []tensorSpec, seed uint64) error {
 	return err
 }
 
-// fillChunk draws one chunk's values and encodes them in place.
-func fillChunk(data []byte, specs []tensorSpec, c chunk, seed uint64, scratch *[]float32) error {
-	sp := &specs[c.t]
+// chunk draws one chunk's values and encodes them in place.
+func (f *filler) chunk(w *worker, c chunk) error {
+	sp := &f.specs[c.t]
 	typ, cols := sp.info.Type, int(sp.info.Dims[0])
 	rowBytes, err := typ.RowBytes(cols)
 	if err != nil {
 		return err
 	}
-	if cap(*scratch) < cols {
-		*scratch = make([]float32, cols)
+	if cap(w.x) < cols {
+		w.x = make([]float32, cols)
 	}
-	x := (*scratch)[:cols]
-	s1 := splitmix64(seed ^ splitmix64(uint64(c.t)+1))
+	x := w.x[:cols]
+	s1 := splitmix64(f.seed ^ splitmix64(uint64(c.t)+1))
 	r := rand.NewPCG(s1, splitmix64(s1^uint64(c.n)))
 	for row := c.row0; row < c.row1; row++ {
 		start := int(sp.info.Offset) + row*rowBytes
-		dst := data[start : start+rowBytes]
+		dst := f.data[start : start+rowBytes]
 		sigma := sp.sigma
 		if row < sp.quiet {
 			sigma *= quietScale
@@ -243,11 +290,17 @@ func fillChunk(data []byte, specs []tensorSpec, c chunk, seed uint64, scratch *[
 			for i := range x {
 				x[i] = 1
 			}
+		case sp.pooled:
+			f.pools[poolKey{typ, sigma}].row(dst, r)
+			continue
 		case typ == quant.Q4_0:
 			randomQ4_0(dst, r, sigma)
 			continue
 		case typ == quant.Q8_0:
 			randomQ8_0(dst, r, sigma)
+			continue
+		case typ == quant.F16 || typ == quant.BF16:
+			halves(dst, r, w.tables.get(typ, sigma))
 			continue
 		default:
 			uniform(x, r, sigma)
@@ -259,11 +312,59 @@ func fillChunk(data []byte, specs []tensorSpec, c chunk, seed uint64, scratch *[
 	return nil
 }
 
+// poolBits is the log2 of the number of blocks in a blockPool.
+const poolBits = 12
+
+// poolKey names a blockPool: its type and standard deviation.
+type poolKey struct {
+	typ   quant.Type
+	sigma float64
+}
+
+// blockPool is a set of 2^poolBits blocks of one type, quantized from
+// uniform draws. Large models in types without a direct draw (the K-quants,
+// Q4_1, Q5_0, Q5_1, IQ4_NL) are made of blocks picked at random from a pool:
+// quantizing every block would take seconds per billion weights. The
+// matrices are then random but built of repeated blocks, which does not
+// matter for what such models are for, timing.
+type blockPool struct {
+	blockBytes int
+	data       []byte
+}
+
+// newBlockPool makes the pool k, the same for the same seed.
+func newBlockPool(k poolKey, seed uint64) (*blockPool, error) {
+	n := k.typ.BlockSize() << poolBits
+	x := make([]float32, n)
+	s1 := splitmix64(seed ^ splitmix64(math.Float64bits(k.sigma)))
+	uniform(x, rand.NewPCG(s1, splitmix64(s1^uint64(k.typ))), k.sigma)
+	p := &blockPool{blockBytes: k.typ.TypeSize(), data: make([]byte, k.typ.TypeSize()<<poolBits)}
+	if err := quant.Quantize(k.typ, x, p.data); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// row fills dst with blocks of the pool picked at random, five picks per
+// 64-bit draw.
+func (p *blockPool) row(dst []byte, r *rand.PCG) {
+	const perDraw = 64 / poolBits
+	var u uint64
+	for i, k := 0, 0; i < len(dst); i, k = i+p.blockBytes, k+1 {
+		if k%perDraw == 0 {
+			u = r.Uint64()
+		}
+		j := int(u&(1<<poolBits-1)) * p.blockBytes
+		u >>= poolBits
+		copy(dst[i:i+p.blockBytes], p.data[j:j+p.blockBytes])
+	}
+}
+
 // uniform fills x with values drawn uniformly with mean 0 and standard
 // deviation sigma: uniform on [-a, a) has standard deviation a/sqrt(3).
 // Each 64-bit draw gives four values.
 func uniform(x []float32, r *rand.PCG, sigma float64) {
-	k := float32(sigma * math.Sqrt(3) / 32768)
+	k := uniformScale(sigma)
 	for i := 0; i < len(x); i += 4 {
 		u := r.Uint64()
 		for j := i; j < min(len(x), i+4); j++ {
@@ -272,6 +373,54 @@ func uniform(x []float32, r *rand.PCG, sigma float64) {
 		}
 	}
 }
+
+// halfTables holds, for each type and standard deviation met so far, the
+// 16-bit encodings of the 65536 values uniform draws (see uniform).
+type halfTables struct {
+	key [][2]float64 // type, sigma
+	tbl []*[1 << 16]uint16
+}
+
+// get returns the table of type t (F16 or BF16) for sigma, making it on
+// first use.
+func (h *halfTables) get(t quant.Type, sigma float64) *[1 << 16]uint16 {
+	key := [2]float64{float64(t), sigma}
+	for i, k := range h.key {
+		if k == key {
+			return h.tbl[i]
+		}
+	}
+	conv := quant.F32ToF16
+	if t == quant.BF16 {
+		conv = quant.F32ToBF16
+	}
+	k := uniformScale(sigma)
+	tbl := new([1 << 16]uint16)
+	for u := range tbl {
+		tbl[u] = conv(float32(int16(u)) * k)
+	}
+	h.key = append(h.key, key)
+	h.tbl = append(h.tbl, tbl)
+	return tbl
+}
+
+// halves fills a row of F16 or BF16 values with the bytes uniform and
+// quant.Quantize would give for the same draws, by table lookup: converting
+// each value is the slow part.
+func halves(dst []byte, r *rand.PCG, tbl *[1 << 16]uint16) {
+	n := len(dst) / 2
+	for i := 0; i < n; i += 4 {
+		u := r.Uint64()
+		for j := i; j < min(n, i+4); j++ {
+			binary.LittleEndian.PutUint16(dst[2*j:], tbl[uint16(u)])
+			u >>= 16
+		}
+	}
+}
+
+// uniformScale is the factor that turns a signed 16-bit draw into a value of
+// standard deviation sigma.
+func uniformScale(sigma float64) float32 { return float32(sigma * math.Sqrt(3) / 32768) }
 
 // Root mean squares of the quantized values of a random block: q-8 for q
 // uniform in 0..15 (Q4_0), and a uniform int8 with -128 made 0 (Q8_0).
@@ -307,16 +456,19 @@ func randomQ8_0(dst []byte, r *rand.PCG, sigma float64) {
 	d := quant.F32ToF16(float32(sigma / rmsQ8))
 	for i := 0; i < len(dst); i += 34 {
 		binary.LittleEndian.PutUint16(dst[i:], d)
-		q := dst[i+2 : i+34]
-		for j := 0; j < 32; j += 8 {
-			binary.LittleEndian.PutUint64(q[j:], r.Uint64())
-		}
-		for j, b := range q {
-			if b == 0x80 {
-				q[j] = 0
-			}
+		for j := i + 2; j < i+34; j += 8 {
+			binary.LittleEndian.PutUint64(dst[j:], noMinus128(r.Uint64()))
 		}
 	}
+}
+
+// noMinus128 returns u with every byte 0x80 (int8 -128) made 0.
+func noMinus128(u uint64) uint64 {
+	const lo7, hi = 0x7f7f7f7f7f7f7f7f, 0x8080808080808080
+	x := u ^ hi // bytes that were 0x80 are now 0
+	// The high bit of each byte of zero is set where x's byte is 0.
+	zero := ^((x&lo7 + lo7) | x | lo7)
+	return u &^ (zero >> 7 * 0xff)
 }
 
 // splitmix64 is SplitMix64's output function: it spreads nearby seeds (a

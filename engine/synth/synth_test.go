@@ -358,3 +358,26 @@ func TestDemoTime(t *testing.T) {
 		t.Errorf("making the demo model took %v, want under 1 s", d)
 	}
 }
+
+// TestPooledModel makes a model large enough for pooled blocks (see
+// Generate) and checks that it loads, runs and has the right scale.
+func TestPooledModel(t *testing.T) {
+	s := synth.Shape{Name: "pooled", Dim: 1024, Layers: 4, Heads: 8, KVHeads: 4, FFDim: 2816, Vocab: 20000, Context: 256, Type: quant.Q4_K}
+	start := time.Now()
+	f, err := synth.Open(s, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%.0fM weights in %s made in %v", float64(s.Params())/1e6, s.Type, time.Since(start))
+	m, err := model.New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, std := meanStd(dequant(t, f, "blk.3.ffn_down.weight")); math.Abs(std*math.Sqrt(2816)-1) > 0.05 {
+		t.Errorf("ffn_down has standard deviation %.4g, want %.4g", std, 1/math.Sqrt(2816))
+	}
+	logits := forward(t, m, []int{1, 500})
+	if _, std := meanStd(logits[1][259:]); std < 0.3 || std > 3 {
+		t.Errorf("logits of the pieces have standard deviation %.3f, want about 1", std)
+	}
+}

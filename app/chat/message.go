@@ -1,0 +1,125 @@
+package chat
+
+import (
+	"fmt"
+	"strings"
+
+	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/canvas"
+	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/theme"
+	"fyne.io/fyne/v2/widget"
+
+	"kvscope/app/store"
+)
+
+// messageView shows one message: who, the text, a footer with the reply's
+// tokens and speed, and its buttons.
+type messageView struct {
+	root   *fyne.Container
+	bg     *canvas.Rectangle
+	role   *widget.Label
+	text   *widget.Label
+	footer *widget.Label
+	regen  *widget.Button
+	edit   *widget.Button
+	stop   *widget.Button
+}
+
+func newMessageView(p *Pane, i int) *messageView {
+	v := &messageView{
+		bg:     canvas.NewRectangle(theme.Color(theme.ColorNameInputBackground)),
+		role:   widget.NewLabelWithStyle("", fyne.TextAlignLeading, fyne.TextStyle{Bold: true}),
+		text:   widget.NewLabel(""),
+		footer: widget.NewLabel(""),
+	}
+	v.bg.CornerRadius = theme.InputRadiusSize()
+	v.text.Wrapping = fyne.TextWrapWord
+	v.text.Selectable = true
+	v.footer.Importance = widget.LowImportance
+	v.footer.Truncation = fyne.TextTruncateEllipsis
+	v.regen = widget.NewButtonWithIcon("Regenerate", theme.ViewRefreshIcon(), func() {
+		if err := p.Regenerate(p.data.Selected); err != nil {
+			p.showError(err.Error())
+		}
+	})
+	v.edit = widget.NewButtonWithIcon("Edit", theme.DocumentCreateIcon(), func() { p.EditMessage(i) })
+	v.stop = widget.NewButtonWithIcon("Stop", theme.MediaStopIcon(), func() { p.Stop(p.data.Selected) })
+	for _, b := range []*widget.Button{v.regen, v.edit, v.stop} {
+		b.Importance = widget.LowImportance
+	}
+	head := container.NewHBox(v.role, v.edit, v.regen, v.stop)
+	body := container.NewVBox(head, v.text, v.footer)
+	v.root = container.NewStack(v.bg, container.NewPadded(body))
+	return v
+}
+
+// set shows message m; last says it is the conversation's last message and
+// running that the conversation is generating.
+func (v *messageView) set(m store.Message, last, running bool) {
+	user := m.Role == "user"
+	if user {
+		v.role.SetText("You")
+		v.bg.FillColor = theme.Color(theme.ColorNameInputBackground)
+	} else {
+		v.role.SetText("Model")
+		v.bg.FillColor = theme.Color(theme.ColorNameMenuBackground)
+	}
+	v.bg.Refresh()
+	text := m.Text
+	if !user && text == "" && m.Finish == "" {
+		text = "…"
+	}
+	if v.text.Text != text {
+		v.text.SetText(text)
+	}
+	footer := ""
+	if !user {
+		footer = Footer(m)
+	}
+	if v.footer.Text != footer {
+		v.footer.SetText(footer)
+	}
+	v.footer.Hidden = user
+	setShown(v.edit, user && !running)
+	setShown(v.regen, !user && last && !running)
+	setShown(v.stop, !user && last && running && m.Finish == "")
+}
+
+func setShown(o fyne.CanvasObject, shown bool) {
+	if shown {
+		o.Show()
+	} else {
+		o.Hide()
+	}
+}
+
+// Footer says how a reply went: its tokens, speed, end and prompt use, such
+// as "42 tokens · 35.1 tok/s · stop · prompt 60 tokens, 48 from the cache".
+func Footer(m store.Message) string {
+	var parts []string
+	parts = append(parts, fmt.Sprintf("%d tokens", m.Tokens))
+	if m.TPS > 0 {
+		parts = append(parts, fmt.Sprintf("%.1f tok/s", m.TPS))
+	}
+	switch m.Finish {
+	case "":
+		parts = append(parts, "generating")
+	case "stop":
+		parts = append(parts, "finished")
+	case "length":
+		parts = append(parts, "length limit reached")
+	case "cancelled":
+		parts = append(parts, "stopped")
+	case "interrupted":
+		parts = append(parts, "interrupted when kvscope closed")
+	case "error":
+		parts = append(parts, "error: "+m.Error)
+	default:
+		parts = append(parts, m.Finish)
+	}
+	if m.Prompt > 0 {
+		parts = append(parts, fmt.Sprintf("prompt %d tokens, %d from the cache", m.Prompt, m.Cached))
+	}
+	return strings.Join(parts, " · ")
+}

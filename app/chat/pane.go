@@ -1,0 +1,777 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/theme"
+	"fyne.io/fyne/v2/widget"
+
+	"kvscope/app/store"
+	"kvscope/app/uithread"
+	"kvscope/engine"
+	"kvscope/engine/sample"
+)
+
+// SaveEvery is how often the pane saves changed conversations (streamed
+// text, drafts) in the background. Sending a message saves at once.
+const SaveEvery = 500 * time.Millisecond
+
+// Pane is the chat pane widget. Its methods must be called on the UI
+// goroutine (background updates go through package uithread).
+type Pane struct {
+	widget.BaseWidget
+
+	// OnError reports a failed save (also shown above the composer), on the
+	// UI goroutine.
+	OnError func(error)
+	// OnSelect is called when the shown conversation changes.
+	OnSelect func(id int64)
+
+	st *store.Store // nil: nothing is saved
+
+	mu    sync.Mutex // guards data and dirty: the saver goroutine reads them
+	data  store.Conversations
+	dirty bool
+
+	eng     *engine.Engine
+	context int              // the engine's context limit in tokens
+	runs    map[int64]*run   // conversation id → its generation
+	reqConv map[uint64]int64 // request id → conversation id
+	live    map[int64]int    // conversation id → context tokens now (from snapshots)
+	editing int              // index of the message being edited, or -1
+
+	ids       []int64 // sidebar order: newest first
+	list      *widget.List
+	title     *widget.Entry
+	note      *widget.Label
+	ctxBar    *widget.ProgressBar
+	ctxLabel  *widget.Label
+	msgs      *fyne.Container
+	scroll    *container.Scroll
+	views     []*messageView
+	composer  *widget.Entry
+	sendBtn   *widget.Button
+	stopBtn   *widget.Button
+	editBar   *fyne.Container
+	editLabel *widget.Label
+	status    *widget.Label
+	settings  *settingsForm
+	root      fyne.CanvasObject
+
+	stopSaver chan struct{}
+	saverDone chan struct{}
+	closed    bool
+}
+
+// run is one reply being generated.
+type run struct {
+	cancel context.CancelFunc
+	conv   int64
+	msg    int // index of the assistant message it fills
+	req    uint64
+}
+
+// New returns a pane over the conversations in data, saving to st (nil:
+// never saved). With no conversation it starts one. It saves changes in
+// the background until Close.
+func New(st *store.Store, data store.Conversations) *Pane {
+	p := &Pane{
+		st: st, data: data, runs: map[int64]*run{}, reqConv: map[uint64]int64{}, live: map[int64]int{}, editing: -1,
+		stopSaver: make(chan struct{}), saverDone: make(chan struct{}),
+	}
+	if p.data.NextID < 1 {
+		p.data.NextID = 1
+	}
+	for _, c := range p.data.List {
+		p.data.NextID = max(p.data.NextID, c.ID+1)
+	}
+	p.build()
+	if len(p.data.List) == 0 {
+		p.NewConversation()
+	} else {
+		sel := p.data.Selected
+		if p.find(sel) < 0 {
+			sel = p.data.List[len(p.data.List)-1].ID
+		}
+		p.refreshList()
+		p.Select(sel)
+	}
+	p.ExtendBaseWidget(p)
+	go p.saver()
+	return p
+}
+
+// build makes the widgets.
+func (p *Pane) build() {
+	p.list = widget.NewList(
+		func() int { return len(p.ids) },
+		func() fyne.CanvasObject {
+			t := widget.NewLabelWithStyle("conversation title", fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
+			t.Truncation = fyne.TextTruncateEllipsis
+			s := widget.NewLabel("status")
+			s.Importance = widget.LowImportance
+			s.Truncation = fyne.TextTruncateEllipsis
+			return container.NewVBox(t, s)
+		},
+		func(i widget.ListItemID, o fyne.CanvasObject) {
+			if i >= len(p.ids) {
+				return
+			}
+			box := o.(*fyne.Container)
+			c := p.conv(p.ids[i])
+			if c == nil {
+				return
+			}
+			box.Objects[0].(*widget.Label).SetText(c.Title)
+			box.Objects[1].(*widget.Label).SetText(p.sidebarStatus(c))
+		})
+	p.list.OnSelected = func(i widget.ListItemID) {
+		if i < len(p.ids) && p.ids[i] != p.data.Selected {
+			p.Select(p.ids[i])
+		}
+	}
+	newBtn := widget.NewButtonWithIcon("New chat", theme.ContentAddIcon(), func() { p.NewConversation() })
+	sidebar := container.NewBorder(newBtn, nil, nil, nil, p.list)
+
+	p.title = widget.NewEntry()
+	p.title.OnChanged = func(s string) {
+		p.edit(p.data.Selected, func(c *store.Conversation) { c.Title = s })
+		p.list.Refresh()
+	}
+	del := widget.NewButtonWithIcon("", theme.DeleteIcon(), func() { p.Delete(p.data.Selected) })
+	header := container.NewBorder(nil, nil, nil, del, p.title)
+
+	p.note = widget.NewLabel("")
+	p.note.Wrapping = fyne.TextWrapWord
+	p.note.Importance = widget.WarningImportance
+	p.ctxBar = widget.NewProgressBar()
+	p.ctxBar.TextFormatter = func() string { return "" }
+	p.ctxLabel = widget.NewLabel("context")
+	ctxRow := container.NewBorder(nil, nil, p.ctxLabel, nil, p.ctxBar)
+
+	p.settings = newSettingsForm(p)
+	acc := widget.NewAccordion(widget.NewAccordionItem("System prompt & sampling", p.settings.root))
+
+	p.msgs = container.NewVBox()
+	p.scroll = container.NewVScroll(p.msgs)
+
+	p.composer = widget.NewMultiLineEntry()
+	p.composer.SetPlaceHolder("Type a message (Shift+Enter sends)")
+	p.composer.SetMinRowsVisible(3)
+	p.composer.Wrapping = fyne.TextWrapWord
+	p.composer.OnChanged = func(s string) {
+		p.edit(p.data.Selected, func(c *store.Conversation) { c.Draft = s })
+	}
+	p.composer.OnSubmitted = func(string) { p.Send() }
+	p.sendBtn = widget.NewButtonWithIcon("Send", theme.MailSendIcon(), func() { p.Send() })
+	p.sendBtn.Importance = widget.HighImportance
+	p.stopBtn = widget.NewButtonWithIcon("Stop", theme.MediaStopIcon(), func() { p.Stop(p.data.Selected) })
+	p.editLabel = widget.NewLabel("")
+	p.editBar = container.NewBorder(nil, nil, nil,
+		widget.NewButton("Cancel edit", func() { p.cancelEdit() }), p.editLabel)
+	p.editBar.Hide()
+	p.status = widget.NewLabel("")
+	p.status.Wrapping = fyne.TextWrapWord
+	p.status.Importance = widget.DangerImportance
+	p.status.Hide()
+	buttons := container.NewVBox(p.sendBtn, p.stopBtn)
+	composer := container.NewVBox(p.editBar, p.status, container.NewBorder(nil, nil, nil, buttons, p.composer))
+
+	top := container.NewVBox(header, p.note, ctxRow, acc)
+	main := container.NewBorder(top, composer, nil, nil, p.scroll)
+	split := container.NewHSplit(sidebar, main)
+	split.Offset = 0.24
+	p.root = split
+}
+
+// CreateRenderer returns the pane's renderer.
+func (p *Pane) CreateRenderer() fyne.WidgetRenderer { return widget.NewSimpleRenderer(p.root) }
+
+// SetEngine makes the pane generate on e (nil: none; sending then asks for
+// a model). note is shown above the messages, such as what the model is
+// and that prompts are plain completion. Replies running on the previous
+// engine are stopped.
+func (p *Pane) SetEngine(e *engine.Engine, note string) {
+	for _, r := range p.runs {
+		r.cancel()
+	}
+	p.eng = e
+	p.context = 0
+	if e != nil {
+		p.context = e.Config().Context
+		if p.context == 0 {
+			p.context = e.Model().Context
+		}
+	}
+	p.note.SetText(note)
+	p.note.Hidden = note == ""
+	p.note.Refresh()
+	p.showContext()
+	p.showButtons()
+}
+
+// Engine returns the engine the pane generates on.
+func (p *Pane) Engine() *engine.Engine { return p.eng }
+
+// find returns the index of conversation id in data.List, or -1.
+func (p *Pane) find(id int64) int {
+	return slices.IndexFunc(p.data.List, func(c store.Conversation) bool { return c.ID == id })
+}
+
+// conv returns conversation id (nil if none). Call on the UI goroutine; the
+// pointer is valid until the list changes.
+func (p *Pane) conv(id int64) *store.Conversation {
+	if i := p.find(id); i >= 0 {
+		return &p.data.List[i]
+	}
+	return nil
+}
+
+// edit changes conversation id under the lock and marks the data dirty.
+func (p *Pane) edit(id int64, f func(c *store.Conversation)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.conv(id); c != nil {
+		f(c)
+		c.Updated = time.Now()
+		p.dirty = true
+	}
+}
+
+// Conversations returns a deep copy of the conversations.
+func (p *Pane) Conversations() store.Conversations {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return cloneData(p.data)
+}
+
+func cloneData(d store.Conversations) store.Conversations {
+	out := d
+	out.List = make([]store.Conversation, len(d.List))
+	for i, c := range d.List {
+		c.Messages = slices.Clone(c.Messages)
+		out.List[i] = c
+	}
+	return out
+}
+
+// Selected returns the shown conversation's id.
+func (p *Pane) Selected() int64 { return p.data.Selected }
+
+// NewConversation starts an empty conversation, shows it and returns its id.
+func (p *Pane) NewConversation() int64 {
+	p.mu.Lock()
+	id := p.data.NextID
+	p.data.NextID++
+	now := time.Now()
+	p.data.List = append(p.data.List, store.Conversation{ID: id, Title: "New chat", Sampling: store.DefaultSampling(), Created: now, Updated: now})
+	p.dirty = true
+	p.mu.Unlock()
+	p.refreshList()
+	p.Select(id)
+	return id
+}
+
+// Delete removes conversation id (stopping its reply), and shows another.
+func (p *Pane) Delete(id int64) {
+	if r := p.runs[id]; r != nil {
+		r.cancel()
+		delete(p.runs, id)
+	}
+	p.mu.Lock()
+	if i := p.find(id); i >= 0 {
+		p.data.List = slices.Delete(p.data.List, i, i+1)
+		p.dirty = true
+	}
+	empty := len(p.data.List) == 0
+	p.mu.Unlock()
+	p.refreshList()
+	if empty {
+		p.NewConversation()
+		return
+	}
+	p.Select(p.data.List[len(p.data.List)-1].ID)
+}
+
+// refreshList rebuilds the sidebar order: newest first.
+func (p *Pane) refreshList() {
+	p.ids = p.ids[:0]
+	for i := len(p.data.List) - 1; i >= 0; i-- {
+		p.ids = append(p.ids, p.data.List[i].ID)
+	}
+	p.list.Refresh()
+}
+
+// sidebarStatus says what a conversation is doing, for the sidebar.
+func (p *Pane) sidebarStatus(c *store.Conversation) string {
+	if r := p.runs[c.ID]; r != nil && r.msg < len(c.Messages) {
+		m := c.Messages[r.msg]
+		if m.TPS > 0 {
+			return fmt.Sprintf("generating · %.1f tok/s", m.TPS)
+		}
+		return "generating…"
+	}
+	if c.Draft != "" {
+		return "draft: " + strings.ReplaceAll(c.Draft, "\n", " ")
+	}
+	return fmt.Sprintf("%d messages", len(c.Messages))
+}
+
+// Select shows conversation id.
+func (p *Pane) Select(id int64) {
+	c := p.conv(id)
+	if c == nil {
+		return
+	}
+	p.mu.Lock()
+	p.data.Selected = id
+	p.dirty = true
+	p.mu.Unlock()
+	p.editing = -1
+	p.editBar.Hide()
+	p.status.Hide()
+	p.title.SetText(c.Title)
+	p.composer.SetText(c.Draft)
+	p.settings.show(c)
+	p.showMessages()
+	if i := slices.Index(p.ids, id); i >= 0 {
+		p.list.Select(i)
+	}
+	if p.OnSelect != nil {
+		p.OnSelect(id)
+	}
+}
+
+// showMessages rebuilds the message views of the shown conversation.
+func (p *Pane) showMessages() {
+	c := p.conv(p.data.Selected)
+	p.views = p.views[:0]
+	p.msgs.Objects = nil
+	if c != nil {
+		for i := range c.Messages {
+			v := newMessageView(p, i)
+			v.set(c.Messages[i], p.isLast(c, i), p.runs[c.ID] != nil)
+			p.views = append(p.views, v)
+			p.msgs.Objects = append(p.msgs.Objects, v.root)
+		}
+		if len(c.Messages) == 0 {
+			hint := widget.NewLabel("No messages yet. Type below and press Send; each conversation generates on its own, at the same time as the others.")
+			hint.Wrapping = fyne.TextWrapWord
+			hint.Importance = widget.LowImportance
+			p.msgs.Objects = append(p.msgs.Objects, hint)
+		}
+	}
+	p.msgs.Refresh()
+	p.scroll.ScrollToBottom()
+	p.showContext()
+	p.showButtons()
+}
+
+func (p *Pane) isLast(c *store.Conversation, i int) bool { return i == len(c.Messages)-1 }
+
+// showButtons enables Send and Stop for the shown conversation.
+func (p *Pane) showButtons() {
+	running := p.runs[p.data.Selected] != nil
+	if running {
+		p.sendBtn.Disable()
+		p.stopBtn.Enable()
+	} else {
+		p.sendBtn.Enable()
+		p.stopBtn.Disable()
+	}
+}
+
+// showContext shows how much of the context the shown conversation uses.
+func (p *Pane) showContext() {
+	c := p.conv(p.data.Selected)
+	if c == nil || p.eng == nil || p.context <= 0 {
+		p.ctxLabel.SetText("context: no model")
+		p.ctxBar.SetValue(0)
+		return
+	}
+	n, ok := p.live[c.ID]
+	if !ok {
+		n = len(p.eng.Tokenizer().Encode(Prompt(*c, len(c.Messages)), true, true))
+	}
+	p.ctxLabel.SetText(fmt.Sprintf("context: %d / %d tokens", n, p.context))
+	p.ctxBar.SetValue(min(1, float64(n)/float64(p.context)))
+}
+
+// ContextText returns the context-usage line shown.
+func (p *Pane) ContextText() string { return p.ctxLabel.Text }
+
+// showError shows a problem above the composer ("" hides it).
+func (p *Pane) showError(msg string) {
+	p.status.SetText(msg)
+	p.status.Hidden = msg == ""
+	p.status.Refresh()
+}
+
+// Status returns the error line above the composer ("" when hidden).
+func (p *Pane) Status() string {
+	if p.status.Hidden {
+		return ""
+	}
+	return p.status.Text
+}
+
+// Composer returns the message entry.
+func (p *Pane) Composer() *widget.Entry { return p.composer }
+
+// SendButton returns the Send button.
+func (p *Pane) SendButton() *widget.Button { return p.sendBtn }
+
+// Send sends the composer's text in the shown conversation (replacing the
+// message being edited and everything after it, in edit mode) and starts
+// the reply.
+func (p *Pane) Send() {
+	text := p.composer.Text
+	if strings.TrimSpace(text) == "" {
+		return
+	}
+	if err := p.SendText(p.data.Selected, text); err != nil {
+		p.showError(err.Error())
+		return
+	}
+	p.composer.SetText("")
+}
+
+// SendText sends text as a user message in conversation id and starts the
+// reply. It refuses while the conversation is generating or no model is
+// open.
+func (p *Pane) SendText(id int64, text string) error {
+	if p.eng == nil {
+		return errors.New("no model is open: open a GGUF file or start the demo model first")
+	}
+	if p.runs[id] != nil {
+		return errors.New("this conversation is still generating: stop it or wait for the reply")
+	}
+	c := p.conv(id)
+	if c == nil {
+		return fmt.Errorf("no conversation %d", id)
+	}
+	editing := -1
+	if id == p.data.Selected {
+		editing = p.editing
+	}
+	now := time.Now()
+	p.edit(id, func(c *store.Conversation) {
+		if editing >= 0 && editing < len(c.Messages) {
+			c.Messages = c.Messages[:editing]
+		}
+		if len(c.Messages) == 0 && (c.Title == "" || c.Title == "New chat") {
+			c.Title = Title(text)
+		}
+		c.Messages = append(c.Messages, store.Message{Role: "user", Text: text, Time: now},
+			store.Message{Role: "assistant", Time: now})
+		c.Draft = ""
+	})
+	if id == p.data.Selected {
+		p.editing = -1
+		p.editBar.Hide()
+		p.title.SetText(p.conv(id).Title)
+	}
+	p.saveNow() // what the user typed is on disk before anything runs
+	p.start(id)
+	return nil
+}
+
+// start generates the reply into the last message of conversation id.
+func (p *Pane) start(id int64) {
+	c := p.conv(id)
+	msg := len(c.Messages) - 1
+	sp := sample.DefaultParams()
+	s := c.Sampling
+	sp.Temperature, sp.TopK, sp.TopP, sp.MinP, sp.RepeatPenalty = s.Temperature, s.TopK, s.TopP, s.MinP, s.RepeatPenalty
+	sp.Seed = s.Seed
+	if sp.Seed == 0 {
+		sp.Seed = rand.Uint64()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := p.eng.Submit(ctx, engine.Request{Prompt: Prompt(*c, msg), Sampling: &sp, MaxTokens: s.MaxTokens, Label: c.Title})
+	if err != nil {
+		cancel()
+		p.edit(id, func(c *store.Conversation) {
+			c.Messages[msg].Finish, c.Messages[msg].Error = "error", err.Error()
+		})
+		p.showError(err.Error())
+		p.afterChange(id)
+		return
+	}
+	r := &run{cancel: cancel, conv: id, msg: msg, req: stream.ID}
+	p.runs[id] = r
+	p.reqConv[stream.ID] = id
+	p.afterChange(id)
+	go p.consume(r, stream)
+}
+
+// consume reads a reply's stream on its own goroutine and hands the text to
+// the UI at most every 50 ms, and at the end.
+func (p *Pane) consume(r *run, stream *engine.Stream) {
+	var text strings.Builder
+	var n int
+	var first, last time.Time
+	flush := func(final *engine.Chunk) {
+		t, count, f := text.String(), n, first
+		uithread.Do(func() { p.apply(r, t, count, f, final) })
+	}
+	for ch := range stream.C {
+		if ch.Done {
+			text.WriteString(ch.Text)
+			flush(&ch)
+			continue
+		}
+		if n == 0 {
+			first = time.Now()
+		}
+		n++
+		text.WriteString(ch.Text)
+		if time.Since(last) >= 50*time.Millisecond {
+			last = time.Now()
+			flush(nil)
+		}
+	}
+	uithread.Do(func() { p.finish(r) })
+}
+
+// apply puts streamed text into the reply's message (UI goroutine).
+func (p *Pane) apply(r *run, text string, n int, first time.Time, final *engine.Chunk) {
+	if p.closed || p.runs[r.conv] != r {
+		return // the pane closed, or the reply already ended
+	}
+	p.edit(r.conv, func(c *store.Conversation) {
+		if r.msg >= len(c.Messages) {
+			return
+		}
+		m := &c.Messages[r.msg]
+		m.Text, m.Tokens = text, n
+		if n > 1 {
+			m.TPS = float64(n-1) / time.Since(first).Seconds()
+		}
+		if final != nil {
+			m.Finish = string(final.Reason)
+			if final.Err != nil {
+				m.Error = final.Err.Error()
+			}
+			m.Prompt, m.Cached = final.PromptTokens, final.CachedTokens
+			if final.Generated > 0 {
+				m.Tokens = final.Generated
+			}
+		}
+	})
+	if final != nil {
+		// The reply is over (one sample a request): the conversation is
+		// free at once, before the stream closes.
+		delete(p.live, r.conv)
+		delete(p.runs, r.conv)
+		r.cancel()
+	}
+	p.afterChange(r.conv)
+}
+
+// finish forgets a run whose stream has closed.
+func (p *Pane) finish(r *run) {
+	r.cancel()
+	if p.closed || p.runs[r.conv] != r {
+		return // ended by its final chunk, as usual
+	}
+	delete(p.runs, r.conv)
+	p.edit(r.conv, func(c *store.Conversation) {
+		if r.msg < len(c.Messages) && c.Messages[r.msg].Finish == "" {
+			c.Messages[r.msg].Finish = string(engine.FinishCancelled)
+		}
+	})
+	p.afterChange(r.conv)
+}
+
+// afterChange redraws what shows conversation id.
+func (p *Pane) afterChange(id int64) {
+	p.list.Refresh()
+	if id != p.data.Selected {
+		return
+	}
+	c := p.conv(id)
+	if c == nil {
+		return
+	}
+	if len(p.views) != len(c.Messages) {
+		p.showMessages()
+		return
+	}
+	running := p.runs[id] != nil
+	for i, v := range p.views {
+		v.set(c.Messages[i], p.isLast(c, i), running)
+	}
+	p.scroll.ScrollToBottom()
+	p.showContext()
+	p.showButtons()
+}
+
+// Running reports whether conversation id is generating.
+func (p *Pane) Running(id int64) bool { return p.runs[id] != nil }
+
+// Stop ends conversation id's reply; the text so far stays.
+func (p *Pane) Stop(id int64) {
+	if r := p.runs[id]; r != nil {
+		r.cancel()
+	}
+}
+
+// Regenerate replaces the last reply of conversation id with a new one,
+// from the same prompt (whose full blocks the prefix cache still holds).
+func (p *Pane) Regenerate(id int64) error {
+	if p.eng == nil {
+		return errors.New("no model is open")
+	}
+	if p.runs[id] != nil {
+		return errors.New("this conversation is still generating: stop it first")
+	}
+	c := p.conv(id)
+	if c == nil || len(c.Messages) == 0 || c.Messages[len(c.Messages)-1].Role != "assistant" {
+		return errors.New("there is no reply to regenerate")
+	}
+	p.edit(id, func(c *store.Conversation) {
+		c.Messages[len(c.Messages)-1] = store.Message{Role: "assistant", Time: time.Now()}
+	})
+	p.saveNow()
+	p.start(id)
+	return nil
+}
+
+// EditMessage puts user message i of the shown conversation back in the
+// composer; Send then replaces it and everything after it.
+func (p *Pane) EditMessage(i int) {
+	c := p.conv(p.data.Selected)
+	if c == nil || i < 0 || i >= len(c.Messages) || c.Messages[i].Role != "user" {
+		return
+	}
+	if p.runs[c.ID] != nil {
+		p.showError("stop the reply before editing")
+		return
+	}
+	p.editing = i
+	p.composer.SetText(c.Messages[i].Text)
+	p.editLabel.SetText(fmt.Sprintf("Editing message %d: Send replaces it and the %d messages after it.", i+1, len(c.Messages)-i-1))
+	p.editBar.Show()
+}
+
+func (p *Pane) cancelEdit() {
+	p.editing = -1
+	p.editBar.Hide()
+	p.composer.SetText("")
+}
+
+// Observe takes the live state of the engine's requests from a snapshot:
+// each generating conversation's context use. Call it on the UI goroutine.
+func (p *Pane) Observe(s *engine.Snapshot) {
+	if s == nil {
+		return
+	}
+	if s.Context > 0 {
+		p.context = s.Context
+	}
+	for _, ri := range s.Requests {
+		id, ok := p.reqConv[ri.ID]
+		if !ok || p.runs[id] == nil || p.runs[id].req != ri.ID || len(ri.Samples) == 0 {
+			continue
+		}
+		p.live[id] = ri.Samples[0].Tokens
+	}
+	p.showContext()
+}
+
+// ConversationOf returns the conversation a request belongs to.
+func (p *Pane) ConversationOf(req uint64) (int64, bool) {
+	id, ok := p.reqConv[req]
+	return id, ok
+}
+
+// Title returns conversation id's title, or "".
+func (p *Pane) TitleOf(id int64) string {
+	if c := p.conv(id); c != nil {
+		return c.Title
+	}
+	return ""
+}
+
+// saver saves changed conversations every SaveEvery until Close.
+func (p *Pane) saver() {
+	defer close(p.saverDone)
+	t := time.NewTicker(SaveEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stopSaver:
+			return
+		case <-t.C:
+			p.mu.Lock()
+			dirty := p.dirty
+			p.mu.Unlock()
+			if dirty {
+				if err := p.write(); err != nil {
+					uithread.Do(func() { p.reportSave(err) })
+				}
+			}
+		}
+	}
+}
+
+// write saves the conversations if there is a store; on failure they stay
+// marked as changed, so the next save tries again.
+func (p *Pane) write() error {
+	if p.st == nil {
+		return nil
+	}
+	p.mu.Lock()
+	d := cloneData(p.data)
+	p.dirty = false
+	p.mu.Unlock()
+	if err := p.st.SaveConversations(d); err != nil {
+		p.mu.Lock()
+		p.dirty = true
+		p.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// saveNow saves on the UI goroutine and reports a failure.
+func (p *Pane) saveNow() {
+	if err := p.write(); err != nil {
+		p.reportSave(err)
+	}
+}
+
+func (p *Pane) reportSave(err error) {
+	msg := "Your conversations could not be saved: " + err.Error()
+	p.showError(msg)
+	if p.OnError != nil {
+		p.OnError(err)
+	}
+}
+
+// Save writes the conversations now.
+func (p *Pane) Save() { p.saveNow() }
+
+// Close stops every reply, the background saver, and saves.
+func (p *Pane) Close() {
+	if p.closed {
+		return
+	}
+	p.closed = true
+	for _, r := range p.runs {
+		r.cancel()
+	}
+	close(p.stopSaver)
+	<-p.saverDone
+	p.saveNow()
+}

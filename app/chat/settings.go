@@ -1,0 +1,119 @@
+package chat
+
+import (
+	"fmt"
+	"strconv"
+
+	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/widget"
+
+	"kvscope/app/store"
+)
+
+// settingsForm edits the shown conversation's system prompt and sampling.
+type settingsForm struct {
+	p       *Pane
+	root    fyne.CanvasObject
+	system  *widget.Entry
+	temp    *widget.Slider
+	topP    *widget.Slider
+	minP    *widget.Slider
+	repeat  *widget.Slider
+	topK    *widget.Entry
+	maxTok  *widget.Entry
+	seed    *widget.Entry
+	values  map[*widget.Slider]*widget.Label
+	problem *widget.Label
+	loading bool // show is filling the widgets: do not write back
+}
+
+func newSettingsForm(p *Pane) *settingsForm {
+	f := &settingsForm{p: p, values: map[*widget.Slider]*widget.Label{}}
+	f.system = widget.NewMultiLineEntry()
+	f.system.SetPlaceHolder("System prompt: text put before the conversation (plain completion)")
+	f.system.SetMinRowsVisible(2)
+	f.system.Wrapping = fyne.TextWrapWord
+	f.system.OnChanged = func(s string) { f.write(func(c *store.Conversation) { c.System = s }) }
+
+	slider := func(lo, hi, step float64, set func(c *store.Conversation, v float32)) *widget.Slider {
+		s := widget.NewSlider(lo, hi)
+		s.Step = step
+		lab := widget.NewLabel("")
+		f.values[s] = lab
+		s.OnChanged = func(v float64) {
+			lab.SetText(strconv.FormatFloat(v, 'f', 2, 64))
+			f.write(func(c *store.Conversation) { set(c, float32(v)) })
+		}
+		return s
+	}
+	f.temp = slider(0, 2, 0.05, func(c *store.Conversation, v float32) { c.Sampling.Temperature = v })
+	f.topP = slider(0.05, 1, 0.05, func(c *store.Conversation, v float32) { c.Sampling.TopP = v })
+	f.minP = slider(0, 0.5, 0.01, func(c *store.Conversation, v float32) { c.Sampling.MinP = v })
+	f.repeat = slider(1, 2, 0.05, func(c *store.Conversation, v float32) { c.Sampling.RepeatPenalty = v })
+	f.problem = widget.NewLabel("")
+	f.problem.Importance = widget.DangerImportance
+	f.problem.Hide()
+	number := func(name string, set func(c *store.Conversation, n int64)) *widget.Entry {
+		e := widget.NewEntry()
+		e.OnChanged = func(s string) {
+			if f.loading {
+				return
+			}
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n < 0 {
+				f.problem.SetText(fmt.Sprintf("%s must be a whole number, 0 or more; %q is not (the last valid value stays in use)", name, s))
+				f.problem.Show()
+				return
+			}
+			f.problem.Hide()
+			f.write(func(c *store.Conversation) { set(c, n) })
+		}
+		return e
+	}
+	f.topK = number("Top-k", func(c *store.Conversation, n int64) { c.Sampling.TopK = int(n) })
+	f.maxTok = number("Max tokens", func(c *store.Conversation, n int64) { c.Sampling.MaxTokens = int(n) })
+	f.seed = number("Seed", func(c *store.Conversation, n int64) { c.Sampling.Seed = uint64(n) })
+
+	row := func(s *widget.Slider) fyne.CanvasObject {
+		return container.NewBorder(nil, nil, nil, f.values[s], s)
+	}
+	form := widget.NewForm(
+		widget.NewFormItem("Temperature", row(f.temp)),
+		widget.NewFormItem("Top-p", row(f.topP)),
+		widget.NewFormItem("Min-p", row(f.minP)),
+		widget.NewFormItem("Repeat penalty", row(f.repeat)),
+	)
+	nums := container.NewGridWithColumns(6,
+		widget.NewLabel("Top-k"), f.topK, widget.NewLabel("Max tokens"), f.maxTok, widget.NewLabel("Seed (0: random)"), f.seed)
+	f.root = container.NewVBox(f.system, form, nums, f.problem)
+	return f
+}
+
+// write applies a change to the shown conversation, unless show is filling
+// the widgets.
+func (f *settingsForm) write(change func(c *store.Conversation)) {
+	if f.loading {
+		return
+	}
+	f.p.edit(f.p.data.Selected, change)
+}
+
+// show fills the widgets from c.
+func (f *settingsForm) show(c *store.Conversation) {
+	f.loading = true
+	defer func() { f.loading = false }()
+	s := c.Sampling
+	f.system.SetText(c.System)
+	f.temp.SetValue(float64(s.Temperature))
+	f.topP.SetValue(float64(s.TopP))
+	f.minP.SetValue(float64(s.MinP))
+	f.repeat.SetValue(float64(s.RepeatPenalty))
+	for sl, lab := range f.values {
+		lab.SetText(strconv.FormatFloat(sl.Value, 'f', 2, 64))
+	}
+	f.topK.SetText(strconv.Itoa(s.TopK))
+	f.maxTok.SetText(strconv.Itoa(s.MaxTokens))
+	f.seed.SetText(strconv.FormatUint(s.Seed, 10))
+	f.problem.Hide()
+}
