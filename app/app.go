@@ -1,37 +1,513 @@
 package app
 
 import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
 	"fyne.io/fyne/v2"
 	fyneapp "fyne.io/fyne/v2/app"
+	"fyne.io/fyne/v2/canvas"
 	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/dialog"
+	"fyne.io/fyne/v2/storage"
+	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
+
+	"kvscope/app/chat"
+	"kvscope/app/inspector"
+	"kvscope/app/store"
+	"kvscope/app/uithread"
+	"kvscope/engine"
+	"kvscope/engine/kvcache"
 )
 
 // ID is the application identifier, as in FyneApp.toml.
 const ID = "dev.kvscope.app"
 
+// ConfigDirEnv names the environment variable that overrides where kvscope
+// keeps its conversations and settings (default os.UserConfigDir()/kvscope).
+const ConfigDirEnv = "KVSCOPE_CONFIG_DIR"
+
+// LiveEvery is how often the window polls the engine's snapshot and events
+// for the inspector: 25 redraws a second at most.
+const LiveEvery = 40 * time.Millisecond
+
 // Run opens the main window, on the model at modelPath when it is not
-// empty, and blocks until the window is closed.
+// empty (else the last model used, else the first-run screen), and blocks
+// until the window is closed. With the environment variable ScreenshotEnv
+// set it runs a short scripted session, saves a screenshot there and exits.
 func Run(modelPath string) {
-	a := fyneapp.NewWithID(ID)
-	w := a.NewWindow("kvscope")
-	w.SetContent(Placeholder(modelPath))
+	fa := fyneapp.NewWithID(ID)
+	w := fa.NewWindow("kvscope")
 	w.Resize(fyne.NewSize(1280, 800))
+	shot := os.Getenv(ScreenshotEnv)
+	dir := os.Getenv(ConfigDirEnv)
+	if dir == "" && shot != "" {
+		// A scripted session never touches the user's conversations.
+		tmp, err := os.MkdirTemp("", "kvscope-screenshot")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kvscope:", err)
+			os.Exit(1)
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	if dir == "" {
+		var err error
+		if dir, err = store.DefaultDir(); err != nil {
+			fmt.Fprintln(os.Stderr, "kvscope:", err)
+			os.Exit(1)
+		}
+	}
+	a, err := New(fa, w, dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kvscope:", err)
+		os.Exit(1)
+	}
+	w.SetCloseIntercept(func() {
+		a.Close()
+		w.Close()
+	})
+	switch {
+	case shot != "":
+		if modelPath == "" {
+			modelPath = DemoModel
+		}
+		go a.screenshot(modelPath, shot)
+	case modelPath != "":
+		a.openAsync(modelPath)
+	case a.settings.LastModel != "":
+		a.openAsync(a.settings.LastModel)
+	}
 	w.ShowAndRun()
 }
 
-// Placeholder is the window's content until the chat pane and inspector
-// arrive: it says what kvscope is and how to use it from the command line.
-func Placeholder(modelPath string) fyne.CanvasObject {
-	title := widget.NewLabelWithStyle("kvscope", fyne.TextAlignCenter, fyne.TextStyle{Bold: true})
-	body := widget.NewLabel("Chat with local GGUF models and watch the KV cache work.\n\n" +
-		"The chat pane and cache inspector are not built yet. From a terminal:\n" +
-		"  kvscope run -m MODEL.gguf -p \"Once upon a time\"\n" +
-		"  kvscope info -m MODEL.gguf")
-	body.Wrapping = fyne.TextWrapWord
-	box := container.NewVBox(title, body)
-	if modelPath != "" {
-		box.Add(widget.NewLabel("Model: " + modelPath))
+// App is kvscope's main window: the chat pane, the inspector, the cache
+// controls, teaching mode and the model panel, over one engine.
+type App struct {
+	fa  fyne.App
+	win fyne.Window
+	st  *store.Store
+
+	settings store.Settings
+	chat     *chat.Pane
+	insp     *inspector.Inspector
+	controls *controls
+	teach    *teacher
+	tabs     *container.AppTabs
+	info     *widget.Form
+	status   *widget.Label
+	modelBtn *widget.Button
+	firstRun fyne.CanvasObject
+	main     fyne.CanvasObject
+	content  *fyne.Container
+	recent   *fyne.Container
+	problems []string // load problems to tell the user
+
+	mu   sync.Mutex // guards eng and mdl: the live loop reads them
+	eng  *engine.Engine
+	mdl  *loaded
+	live chan struct{} // closed to stop the live loop
+
+	cursor  uint64           // engine event cursor (UI goroutine)
+	lastSeq *engine.Snapshot // the snapshot the inspector shows
+	names   map[kvcache.SeqID]string
+	groups  map[kvcache.SeqID]int64
+}
+
+// New builds the window's content on w, with conversations and settings
+// kept in dir. A corrupt file there is set aside and reported in the
+// window; it is not an error.
+func New(fa fyne.App, w fyne.Window, dir string) (*App, error) {
+	st, err := store.Open(dir)
+	if err != nil {
+		return nil, err
 	}
-	return box
+	a := &App{fa: fa, win: w, st: st, names: map[kvcache.SeqID]string{}, groups: map[kvcache.SeqID]int64{}}
+	a.settings, err = st.LoadSettings()
+	if err != nil {
+		a.problems = append(a.problems, err.Error())
+	}
+	convs, err := st.LoadConversations()
+	if err != nil {
+		a.problems = append(a.problems, err.Error())
+	}
+	a.chat = chat.New(st, convs)
+	a.chat.OnError = func(err error) { a.setStatus("Saving failed: " + err.Error()) }
+	a.chat.OnSelect = func(int64) { a.selectConversation() }
+	a.insp = inspector.New()
+	a.insp.SetNames(a.seqName, a.seqGroup)
+	if m, err := inspector.ParseMode(a.settings.HeatmapMode); err == nil {
+		a.insp.SetMode(m)
+	}
+	a.insp.Modes.OnChanged = func(s string) {
+		if m, err := inspector.ParseMode(s); err == nil {
+			a.insp.SetMode(m)
+			a.settings.HeatmapMode = m.String()
+			a.saveSettings()
+		}
+	}
+	a.controls = newControls(a)
+	cfg, err := engineConfig(a.settings.Cache)
+	if err != nil {
+		a.problems = append(a.problems, err.Error())
+	}
+	a.controls.show(cfg, nil)
+	a.teach = newTeacher(a)
+	a.build()
+	w.SetContent(a.content)
+	w.SetMainMenu(a.menu())
+	if len(a.problems) > 0 {
+		msg := strings.Join(a.problems, "\n\n")
+		a.setStatus(msg)
+		dialog.ShowInformation("kvscope found a problem", msg, w)
+	}
+	return a, nil
+}
+
+// build lays out the window: the first-run screen or the main view.
+func (a *App) build() {
+	a.status = widget.NewLabel("")
+	a.status.Truncation = fyne.TextTruncateEllipsis
+	a.modelBtn = widget.NewButtonWithIcon("Model", theme.FolderOpenIcon(), func() {
+		widget.ShowPopUpMenuAtRelativePosition(a.modelMenu(), a.win.Canvas(), fyne.NewPos(0, a.modelBtn.Size().Height), a.modelBtn)
+	})
+	a.info = widget.NewForm()
+	infoTab := container.NewVScroll(a.info)
+	a.tabs = container.NewAppTabs(
+		container.NewTabItem("Inspector", a.insp),
+		container.NewTabItem("Controls", a.controls.root),
+		container.NewTabItem("Teaching", a.teach.root),
+		container.NewTabItem("Model", infoTab),
+	)
+	split := container.NewHSplit(a.chat, a.tabs)
+	split.Offset = 0.47
+	top := container.NewBorder(nil, nil, a.modelBtn, nil, a.status)
+	a.main = container.NewBorder(top, nil, nil, nil, split)
+	a.firstRun = a.buildFirstRun()
+	a.content = container.NewStack(a.firstRun)
+}
+
+// buildFirstRun makes the screen shown while no model is open.
+func (a *App) buildFirstRun() fyne.CanvasObject {
+	title := canvas.NewText("kvscope", theme.Color(theme.ColorNameForeground))
+	title.TextSize = 32
+	title.TextStyle.Bold = true
+	sub := widget.NewLabel("Chat with a local model and watch its KV cache work. Choose a model to start:")
+	open := widget.NewButtonWithIcon("1. Open a GGUF file…", theme.FolderOpenIcon(), func() { a.openDialog() })
+	open.Importance = widget.HighImportance
+	download := widget.NewButtonWithIcon("2. Download a recommended small chat model", theme.DownloadIcon(), func() {
+		d := dialog.NewInformation("Where to get a small chat model", RecommendedModels, a.win)
+		d.Resize(fyne.NewSize(760, 300))
+		d.Show()
+	})
+	demo := widget.NewButtonWithIcon("3. Start now on the built-in demo model", theme.MediaPlayIcon(), func() { a.openAsync(DemoModel) })
+	demoNote := widget.NewLabel("The demo model's weights are random values generated by kvscope, at a shape that fills the heatmap: the engine and the cache do real work, but the text is gibberish.")
+	demoNote.Wrapping = fyne.TextWrapWord
+	demoNote.Importance = widget.LowImportance
+	a.recent = container.NewVBox()
+	a.showRecent()
+	box := container.NewVBox(container.NewCenter(title), sub, open, download, demo, demoNote, a.recent)
+	return container.NewCenter(container.NewGridWrap(fyne.NewSize(640, 460), box))
+}
+
+// showRecent lists the recent models on the first-run screen.
+func (a *App) showRecent() {
+	a.recent.Objects = nil
+	if len(a.settings.RecentModels) > 0 {
+		a.recent.Add(widget.NewLabelWithStyle("Recent models", fyne.TextAlignLeading, fyne.TextStyle{Bold: true}))
+	}
+	for _, p := range a.settings.RecentModels {
+		label := p
+		if p == DemoModel {
+			label = "built-in demo model"
+		}
+		a.recent.Add(widget.NewButton(label, func() { a.openAsync(p) }))
+	}
+	a.recent.Refresh()
+}
+
+// menu is the window's main menu.
+func (a *App) menu() *fyne.MainMenu {
+	return fyne.NewMainMenu(fyne.NewMenu("Model", a.modelMenu().Items...))
+}
+
+// modelMenu offers open, recent models, the demo and the model panel.
+func (a *App) modelMenu() *fyne.Menu {
+	items := []*fyne.MenuItem{
+		fyne.NewMenuItem("Open a GGUF file…", a.openDialog),
+		fyne.NewMenuItem("Built-in demo model (random weights)", func() { a.openAsync(DemoModel) }),
+	}
+	if len(a.settings.RecentModels) > 0 {
+		recent := fyne.NewMenuItem("Recent models", nil)
+		var sub []*fyne.MenuItem
+		for _, p := range a.settings.RecentModels {
+			sub = append(sub, fyne.NewMenuItem(p, func() { a.openAsync(p) }))
+		}
+		recent.ChildMenu = fyne.NewMenu("", sub...)
+		items = append(items, recent)
+	}
+	items = append(items, fyne.NewMenuItem("Where to get a chat model", func() {
+		dialog.ShowInformation("Where to get a small chat model", RecommendedModels, a.win)
+	}), fyne.NewMenuItem("Model information", func() { a.tabs.SelectIndex(3) }))
+	return fyne.NewMenu("Model", items...)
+}
+
+// openDialog asks for a GGUF file.
+func (a *App) openDialog() {
+	d := dialog.NewFileOpen(func(r fyne.URIReadCloser, err error) {
+		if err != nil {
+			a.setStatus("Cannot open the file: " + err.Error())
+			return
+		}
+		if r == nil {
+			return // cancelled
+		}
+		path := r.URI().Path()
+		r.Close()
+		a.openAsync(path)
+	}, a.win)
+	d.SetFilter(storage.NewExtensionFileFilter([]string{".gguf", ".GGUF"}))
+	d.Resize(fyne.NewSize(900, 600))
+	d.Show()
+}
+
+// openAsync loads a model off the UI goroutine and switches to it.
+func (a *App) openAsync(path string) {
+	name := path
+	if path == DemoModel {
+		name = "the demo model"
+	}
+	a.setStatus("Loading " + name + "…")
+	go func() {
+		l, e, err := a.load(path)
+		uithread.Do(func() {
+			if err != nil {
+				a.setStatus(err.Error())
+				dialog.ShowError(err, a.win)
+				return
+			}
+			a.use(l, e)
+		})
+	}()
+}
+
+// load opens a model and starts an engine on it with the saved settings.
+func (a *App) load(path string) (*loaded, *engine.Engine, error) {
+	l, err := loadModel(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := a.cacheConfig()
+	e, err := engine.New(l.m, l.tok, cfg)
+	if err != nil {
+		// Saved settings this model cannot take: fall back to the defaults.
+		e2, err2 := engine.New(l.m, l.tok, engine.DefaultConfig())
+		if err2 != nil {
+			l.close()
+			return nil, nil, fmt.Errorf("cannot start the engine on %s: %w", l.name, err)
+		}
+		a.problems = append(a.problems, fmt.Sprintf("The saved cache settings do not suit %s (%v); the defaults are in use.", l.name, err))
+		e = e2
+	}
+	return l, e, nil
+}
+
+// OpenModel loads a model (a GGUF path, or DemoModel) and switches to it,
+// on the calling goroutine. The UI uses openAsync; tests and scripts this.
+func (a *App) OpenModel(path string) error {
+	l, e, err := a.load(path)
+	if err != nil {
+		return err
+	}
+	uithread.Locked(func() { a.use(l, e) })
+	return nil
+}
+
+// cacheConfig is the engine config the controls hold.
+func (a *App) cacheConfig() engine.Config {
+	cfg, _ := engineConfig(a.settings.Cache)
+	return cfg
+}
+
+// use switches the window to a loaded model and its engine (UI goroutine).
+func (a *App) use(l *loaded, e *engine.Engine) {
+	a.teach.stopAll()
+	a.mu.Lock()
+	oldE, oldM := a.eng, a.mdl
+	a.eng, a.mdl = e, l
+	a.mu.Unlock()
+	a.chat.SetEngine(e, l.note())
+	if oldE != nil {
+		go func() { oldE.Close(); oldM.close() }()
+	}
+	if a.live != nil {
+		close(a.live)
+	}
+	a.live = make(chan struct{})
+	a.cursor = 0
+	a.lastSeq = nil
+	a.insp.Log.Clear()
+	a.insp.History.Clear()
+	go a.liveLoop(e, a.live)
+
+	a.settings.LastModel = l.path
+	a.settings.AddRecent(l.path)
+	a.saveSettings()
+	a.showRecent()
+	a.win.SetMainMenu(a.menu())
+	a.modelBtn.SetText(l.name)
+	items := a.info.Items[:0]
+	for _, kv := range l.info() {
+		v := widget.NewLabel(kv[1])
+		v.Wrapping = fyne.TextWrapWord
+		items = append(items, widget.NewFormItem(kv[0], v))
+	}
+	a.info.Items = items
+	a.info.Refresh()
+	a.controls.show(e.Config(), e.Snapshot())
+	status := fmt.Sprintf("%s: %d layers, context %d tokens.", l.name, l.m.Layers, l.m.Context)
+	if len(a.problems) > 0 {
+		status += " " + strings.Join(a.problems, " ")
+		a.problems = nil
+	}
+	a.setStatus(status)
+	a.content.Objects = []fyne.CanvasObject{a.main}
+	a.content.Refresh()
+}
+
+// Engine returns the engine in use, or nil.
+func (a *App) Engine() *engine.Engine {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.eng
+}
+
+// setStatus shows a line at the top of the window.
+func (a *App) setStatus(s string) { a.status.SetText(strings.ReplaceAll(s, "\n", " ")) }
+
+// saveSettings writes the settings, reporting a failure in the status line.
+func (a *App) saveSettings() {
+	if err := a.st.SaveSettings(a.settings); err != nil {
+		a.setStatus("Saving the settings failed: " + err.Error())
+	}
+}
+
+// liveLoop feeds the inspector, the chat pane and teaching mode from the
+// engine's snapshots and events until stop is closed.
+func (a *App) liveLoop(e *engine.Engine, stop chan struct{}) {
+	t := time.NewTicker(LiveEvery)
+	defer t.Stop()
+	var last *engine.Snapshot
+	var cursor uint64
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		s := e.Snapshot()
+		evs, next, dropped := e.Events(cursor, 2000)
+		if s == last && len(evs) == 0 {
+			continue
+		}
+		last, cursor = s, next
+		uithread.Do(func() {
+			select {
+			case <-stop:
+				return // another model took over
+			default:
+			}
+			a.showLive(s, evs, dropped)
+		})
+	}
+}
+
+// showLive shows a snapshot and new events (UI goroutine).
+func (a *App) showLive(s *engine.Snapshot, evs []engine.Event, dropped uint64) {
+	if s == nil || s.Cache == nil {
+		return
+	}
+	for _, r := range s.Requests {
+		name, group := r.Label, int64(1_000_000+r.ID)
+		if id, ok := a.chat.ConversationOf(r.ID); ok {
+			name, group = "conversation "+fmt.Sprint(id)+" ("+a.chat.TitleOf(id)+")", id
+		}
+		if name == "" {
+			name = fmt.Sprintf("request %d", r.ID)
+		}
+		for i, sm := range r.Samples {
+			n := name
+			if len(r.Samples) > 1 {
+				n += fmt.Sprintf(" sample %d", i+1)
+			}
+			a.names[sm.Seq], a.groups[sm.Seq] = n, group
+		}
+	}
+	lines := make([]string, 0, len(evs))
+	for _, ev := range evs {
+		if ev.Kind == "evict" {
+			// The inspector's line adds how long the blocks sat idle.
+			ce := kvcache.Event{Step: ev.Step, Kind: kvcache.EventEvict, Seq: ev.Seq, Blocks: ev.Blocks, Tokens: ev.Tokens}
+			lines = append(lines, inspector.Describe(ce, a.insp.Snapshot(), a.seqName))
+			continue
+		}
+		lines = append(lines, ev.String())
+	}
+	a.insp.ShowLines(s.Cache, lines, dropped, s.DecodeTPS)
+	a.lastSeq = s
+	a.chat.Observe(s)
+	a.teach.observe(s)
+	a.controls.showPool(s)
+}
+
+// seqName names a sequence for the inspector.
+func (a *App) seqName(seq kvcache.SeqID) string {
+	if n, ok := a.names[seq]; ok {
+		return n
+	}
+	return fmt.Sprintf("sequence %d", seq)
+}
+
+// seqGroup maps a sequence to its owner colour: its conversation.
+func (a *App) seqGroup(seq kvcache.SeqID) int64 {
+	if g, ok := a.groups[seq]; ok {
+		return g
+	}
+	return int64(seq)
+}
+
+// selectConversation draws the shown conversation's block table.
+func (a *App) selectConversation() {
+	if a.lastSeq == nil {
+		return
+	}
+	id := a.chat.Selected()
+	for _, r := range a.lastSeq.Requests {
+		if c, ok := a.chat.ConversationOf(r.ID); ok && c == id && len(r.Samples) > 0 {
+			a.insp.Select(r.Samples[0].Seq, true)
+			return
+		}
+	}
+}
+
+// Close stops the engine, teaching mode and the chat pane (which saves).
+func (a *App) Close() {
+	a.teach.stopAll()
+	a.chat.Close()
+	a.mu.Lock()
+	e, m := a.eng, a.mdl
+	a.eng, a.mdl = nil, nil
+	a.mu.Unlock()
+	if a.live != nil {
+		close(a.live)
+		a.live = nil
+	}
+	if e != nil {
+		e.Close()
+		m.close()
+	}
 }

@@ -1,23 +1,282 @@
 package app
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/test"
-	"fyne.io/fyne/v2/widget"
+
+	"kvscope/app/store"
+	"kvscope/app/uithread"
+	"kvscope/internal/testshared"
 )
 
-func TestPlaceholderNamesModel(t *testing.T) {
-	test.NewTempApp(t)
-	w := test.NewTempWindow(t, Placeholder("models/x.gguf"))
-	found := false
-	for _, o := range test.LaidOutObjects(w.Content()) {
-		if l, ok := o.(*widget.Label); ok && strings.Contains(l.Text, "models/x.gguf") {
-			found = true
+// newApp builds the window in a test app, keeping its files in dir.
+func newApp(t *testing.T, dir string) (*App, fyne.Window) {
+	t.Helper()
+	fa := test.NewTempApp(t)
+	var a *App
+	var w fyne.Window
+	uithread.Locked(func() {
+		w = test.NewTempWindow(t, nil)
+		w.Resize(fyne.NewSize(1280, 800))
+		var err error
+		a, err = New(fa, w, dir)
+		if err != nil {
+			t.Fatal(err)
 		}
+	})
+	t.Cleanup(func() { uithread.Locked(a.Close) })
+	return a, w
+}
+
+// waitFor polls cond under the UI lock until it holds or 20 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := false
+		uithread.Locked(func() { ok = cond() })
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	if !found {
-		t.Error("the placeholder does not show the model path")
+}
+
+func stories(t *testing.T) string { return testshared.Path(t, "models/stories260K.gguf") }
+
+func TestFirstRunScreenThenModel(t *testing.T) {
+	a, _ := newApp(t, t.TempDir())
+	uithread.Locked(func() {
+		if a.content.Objects[0] != a.firstRun {
+			t.Error("without a model the window does not show the first-run screen")
+		}
+	})
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	uithread.Locked(func() {
+		if a.content.Objects[0] != a.main {
+			t.Error("after opening a model the window still shows the first-run screen")
+		}
+		if a.modelBtn.Text == "Model" || len(a.info.Items) == 0 {
+			t.Errorf("model button %q, %d info rows", a.modelBtn.Text, len(a.info.Items))
+		}
+		if a.settings.LastModel != stories(t) || a.settings.RecentModels[0] != stories(t) {
+			t.Errorf("settings remember %q, recent %v", a.settings.LastModel, a.settings.RecentModels)
+		}
+	})
+	if err := a.OpenModel(filepath.Join(t.TempDir(), "missing.gguf")); err == nil || !strings.Contains(err.Error(), "missing.gguf") {
+		t.Errorf("opening a missing file: %v", err)
+	}
+}
+
+func TestDemoModelSaysItIsGibberish(t *testing.T) {
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(DemoModel); err != nil {
+		t.Fatal(err)
+	}
+	uithread.Locked(func() {
+		if note := a.chat.Engine(); note == nil {
+			t.Fatal("no engine on the demo model")
+		}
+		info := ""
+		for _, it := range a.info.Items {
+			info += it.Text + " "
+		}
+		if !strings.Contains(a.mdl.note(), "gibberish") || !strings.Contains(a.mdl.note(), "random weights") {
+			t.Errorf("demo note %q does not say the text is gibberish", a.mdl.note())
+		}
+		if n := a.Engine().Snapshot().Cache.Metrics.TotalBlocks; n < 1000 {
+			t.Errorf("demo pool has %d blocks, want a heatmap-filling pool (1000+)", n)
+		}
+	})
+}
+
+func TestBlockSizeSliderReconfiguresTheEngine(t *testing.T) {
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	uithread.Locked(func() {
+		if a.Engine().Config().Cache.BlockSize != 16 {
+			t.Fatalf("block size %d before the test, want 16", a.Engine().Config().Cache.BlockSize)
+		}
+		// Drag the slider one stop right: 16 → 32 tokens.
+		s := a.controls.block
+		test.Drag(a.win.Canvas(), fyne.CurrentApp().Driver().AbsolutePositionForObject(s).Add(fyne.NewPos(s.Size().Width*4/8+8, s.Size().Height/2)), s.Size().Width/8, 0)
+	})
+	waitFor(t, "the reconfiguration", func() bool { return strings.HasPrefix(a.controls.Result(), "Applied") })
+	uithread.Locked(func() {
+		if got := a.Engine().Config().Cache.BlockSize; got != 32 {
+			t.Errorf("engine block size %d after the slider moved, want 32 (result: %s)", got, a.controls.Result())
+		}
+		if a.settings.Cache == nil || a.settings.Cache.BlockSize != 32 {
+			t.Errorf("saved settings %+v, want block size 32", a.settings.Cache)
+		}
+	})
+	waitFor(t, "a snapshot of the new pool", func() bool {
+		s := a.insp.Snapshot()
+		return s != nil && s.BlockSize == 32
+	})
+}
+
+func TestImpossibleSettingIsRefusedWithTheReason(t *testing.T) {
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	uithread.Locked(func() {
+		a.controls.k.SetSelected("f32")
+		a.controls.v.SetSelected("f32")
+	})
+	waitFor(t, "f32", func() bool { return a.Engine().Config().Cache.V.String() == "f32" })
+	uithread.Locked(func() {
+		a.controls.block.SetValue(float64(len(BlockSizes) - 1)) // 256 tokens
+	})
+	waitFor(t, "256", func() bool { return a.Engine().Config().Cache.BlockSize == 256 })
+	uithread.Locked(func() {
+		a.controls.budget.SetValue(1) // 256 KiB: less than one 256-token f32 block
+	})
+	waitFor(t, "the refusal", func() bool { return strings.HasPrefix(a.controls.Result(), "Refused") })
+	uithread.Locked(func() {
+		if r := a.controls.Result(); !strings.Contains(r, "holds no block") {
+			t.Errorf("refusal %q does not give the reason", r)
+		}
+		if b := a.Engine().Config().Cache.Budget; b != 0 {
+			t.Errorf("engine budget %d after a refused change, want the old automatic 0", b)
+		}
+		if a.controls.budget.Value != 0 || a.controls.budgetLab.Text != "auto" {
+			t.Errorf("budget control shows %v %q, want it back on auto", a.controls.budget.Value, a.controls.budgetLab.Text)
+		}
+	})
+}
+
+func TestChatFeedsTheInspector(t *testing.T) {
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	uithread.Locked(func() {
+		id := a.chat.Selected()
+		a.chat.Update(id, func(c *store.Conversation) { c.Sampling.MaxTokens = 300 })
+		test.Type(a.chat.Composer(), "Once upon a time")
+		test.Tap(a.chat.SendButton())
+	})
+	waitFor(t, "the inspector to show the conversation's blocks", func() bool {
+		s := a.insp.Snapshot()
+		return s != nil && s.Metrics.UsedBlocks > 0 && strings.Contains(strings.Join(a.insp.Log.Lines(), "\n"), "allocated")
+	})
+	uithread.Locked(func() {
+		s := a.insp.Snapshot()
+		name := ""
+		for _, q := range s.Seqs {
+			name = a.seqName(q.ID)
+		}
+		if !strings.HasPrefix(name, "conversation ") {
+			t.Errorf("the inspector names the sequence %q, want its conversation", name)
+		}
+		a.chat.Stop(a.chat.Selected())
+	})
+}
+
+func TestStepModeExplains(t *testing.T) {
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	uithread.Locked(func() {
+		test.Tap(a.teach.pause)
+		a.chat.Update(a.chat.Selected(), func(c *store.Conversation) { c.Sampling.MaxTokens = 20 })
+		if err := a.chat.SendText(a.chat.Selected(), "Once upon a time"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	time.Sleep(100 * time.Millisecond)
+	uithread.Locked(func() {
+		if m := a.chat.Conversations().List[0].Messages[1]; m.Tokens != 0 {
+			t.Errorf("%d tokens generated while paused", m.Tokens)
+		}
+		test.Tap(a.teach.step)
+	})
+	waitFor(t, "the step's explanation", func() bool { return strings.HasPrefix(a.teach.explain.Text, "Step ") })
+	uithread.Locked(func() {
+		if !strings.Contains(a.teach.explain.Text, "prompt tokens") {
+			t.Errorf("step explanation %q", a.teach.explain.Text)
+		}
+		test.Tap(a.teach.resume)
+	})
+	waitFor(t, "the reply after resuming", func() bool { return a.chat.Conversations().List[0].Messages[1].Finish != "" })
+}
+
+func TestLoadGeneratorAndPresets(t *testing.T) {
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	uithread.Locked(func() {
+		if err := a.teach.startLoad(3, 16, 8); err != nil {
+			t.Fatal(err)
+		}
+	})
+	waitFor(t, "synthetic requests", func() bool {
+		return a.teach.load != nil && strings.Contains(a.teach.loadLab.Text, "users:") && !strings.Contains(a.teach.loadLab.Text, " 0 requests done")
+	})
+	uithread.Locked(a.teach.stopLoad)
+
+	tests := []struct {
+		preset int
+		want   string
+	}{
+		{0, "Both runs gave the same text"},
+		{2, "Done: the prompt was computed once for four samples"},
+		{5, "as many"},
+	}
+	for _, tc := range tests {
+		uithread.Locked(func() { a.teach.runPreset(Presets[tc.preset]) })
+		waitFor(t, Presets[tc.preset].Name, func() bool { return strings.Contains(a.teach.lesson.Text, tc.want) })
+	}
+	uithread.Locked(func() {
+		if a.teach.chart.Hidden {
+			t.Error("the cache lesson's chart is hidden")
+		}
+	})
+}
+
+func TestCorruptSettingsAreReported(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, store.SettingsFile), []byte("{not json"), 0o644)
+	a, _ := newApp(t, dir)
+	uithread.Locked(func() {
+		if !strings.Contains(a.status.Text, "set aside") {
+			t.Errorf("status %q does not report the corrupt settings", a.status.Text)
+		}
+	})
+	matches, _ := filepath.Glob(filepath.Join(dir, store.SettingsFile+".corrupt-*"))
+	if len(matches) != 1 {
+		t.Errorf("set-aside files %v, want one", matches)
+	}
+}
+
+func TestEngineConfigFromSettings(t *testing.T) {
+	cfg, err := engineConfig(&store.Cache{BlockSize: 32, K: "int4", V: "q8_0", Eviction: "lfu", Preempt: "swap", Allocator: "contiguous", Overflow: "rolling", MaxSeqs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := cacheSettings(cfg)
+	if back.BlockSize != 32 || back.K != "int4" || back.V != "q8_0" || back.Eviction != "lfu" || back.Preempt != "swap" ||
+		back.Allocator != "contiguous" || back.Overflow != "rolling" || back.MaxSeqs != 3 {
+		t.Errorf("round trip gave %+v", back)
+	}
+	if _, err := engineConfig(&store.Cache{K: "int3"}); err == nil || !strings.Contains(err.Error(), "int3") {
+		t.Errorf("bad precision: %v", err)
 	}
 }

@@ -775,3 +775,16 @@ func (p *Pane) Close() {
 	<-p.saverDone
 	p.saveNow()
 }
+
+// Update changes conversation id through f (its system prompt, sampling or
+// title) and shows the change.
+func (p *Pane) Update(id int64, f func(c *store.Conversation)) {
+	p.edit(id, f)
+	if id == p.data.Selected {
+		if c := p.conv(id); c != nil {
+			p.title.SetText(c.Title)
+			p.settings.show(c)
+		}
+	}
+	p.list.Refresh()
+}

@@ -119,14 +119,22 @@ func (in *Inspector) Select(seq kvcache.SeqID, ok bool) {
 }
 
 // Update shows a new snapshot: the events that happened since the last one
-// (dropped counts those the log lost), and the engine's tokens/s.
+// (dropped counts those the log lost), described with Describe, and the
+// engine's tokens/s.
 func (in *Inspector) Update(s *kvcache.Snapshot, events []kvcache.Event, dropped uint64, tokensPerSec float64) {
-	var lines []string
-	if dropped > 0 {
-		lines = append(lines, fmt.Sprintf("… %d events not shown: the inspector fell behind the engine", dropped))
-	}
+	lines := make([]string, 0, len(events))
 	for _, e := range events {
 		lines = append(lines, Describe(e, in.snap, in.name))
+	}
+	in.ShowLines(s, lines, dropped, tokensPerSec)
+}
+
+// ShowLines is Update for events already in words: it logs lines (after a note
+// when dropped events were lost) and shows the snapshot s (nil keeps the
+// last one).
+func (in *Inspector) ShowLines(s *kvcache.Snapshot, lines []string, dropped uint64, tokensPerSec float64) {
+	if dropped > 0 {
+		lines = append([]string{fmt.Sprintf("… %d events not shown: the inspector fell behind the engine", dropped)}, lines...)
 	}
 	in.Log.Add(lines...)
 	if s == nil {

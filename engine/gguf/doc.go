@@ -1,5 +1,6 @@
 // Package gguf provides a bounds-checked, memory-mapped reader for GGUF model
-// files: their metadata, tensor descriptions and tensor bytes.
+// files (their metadata, tensor descriptions and tensor bytes) and a writer
+// for them.
 //
 // Every count, length, offset and shape in a file is checked against the
 // file's size before it is used, so a malformed or truncated file gives an
@@ -15,4 +16,7 @@
 // is small (a header, typed key/value pairs, tensor infos), so the reader is
 // short. Supported: GGUF versions 2 and 3, little-endian, every metadata value
 // type including nested arrays, and general.alignment.
+//
+// Write (and Plan, which lays a file out without its tensor data) writes
+// GGUF v3 files; package synth uses it to make random models in memory.
 package gguf

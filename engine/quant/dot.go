@@ -123,20 +123,9 @@ func (f *format) dot(row []byte, x []float32) float32 {
 // x, for the n elements of a span (the last group may be short).
 func pairProducts(w *[span]float32, x []float32, n int, p *[16]float32) {
 	ng := n / 16
-	g := 0
-	for ; g+4 <= ng; g += 4 {
-		o := 16 * g
-		p[g], p[g+1], p[g+2], p[g+3] = mac4(
-			(*[16]float32)(w[o:]), (*[16]float32)(x[o:]),
-			(*[16]float32)(w[o+16:]), (*[16]float32)(x[o+16:]),
-			(*[16]float32)(w[o+32:]), (*[16]float32)(x[o+32:]),
-			(*[16]float32)(w[o+48:]), (*[16]float32)(x[o+48:]))
-	}
-	for ; g < ng; g++ {
-		p[g] = mac1(w[16*g:16*g+16], x[16*g:])
-	}
+	macTile(1, 1, w[:], span, x, 0, ng, p[:], 16)
 	if n%16 != 0 {
-		p[ng] = mac1(w[16*ng:n], x[16*ng:])
+		p[ng] = dotShort(w[16*ng:n], x[16*ng:])
 	}
 }
 

@@ -114,12 +114,10 @@ type matmul struct {
 }
 
 // tileScratch is one goroutine's working memory: the unpacked span of up
-// to eight rows, the activations of up to maxVec vectors for that span,
-// the partial products of every (row, vector) pair (16 groups each,
-// pair i*nv+v) and their running totals.
+// to eight rows (row i at w[i*span:]), the partial products of every (row,
+// vector) pair (16 groups each, pair i*nv+v) and their running totals.
 type tileScratch struct {
-	w   [8][span]float32
-	x   [maxVec][]float32
+	w   [8 * span]float32
 	p   [16 * 2 * maxVec]float32
 	acc [2 * maxVec]float32
 }
@@ -151,13 +149,9 @@ func (m *matmul) tile(s *tileScratch, r, nr, v0, nv int) {
 		n := min(span, m.cols-e0)
 		bo := e0 / f.bs * f.ts
 		for i := range nr {
-			f.unpack(m.w[(r+i)*m.rb+bo:], n, &s.w[i])
+			f.unpack(m.w[(r+i)*m.rb+bo:], n, (*[span]float32)(s.w[i*span:]))
 		}
-		for v := range nv {
-			o := (v0+v)*m.cols + e0
-			s.x[v] = m.x[o : o+n]
-		}
-		s.products(nr, nv, n)
+		s.products(nr, nv, n, m.x[v0*m.cols+e0:], m.cols)
 		var sums []float32
 		if f.sumGroup > 0 {
 			sums = m.sums[v0*m.ng+e0/f.sumGroup:]
@@ -173,60 +167,48 @@ func (m *matmul) tile(s *tileScratch, r, nr, v0, nv int) {
 	}
 }
 
-// grp returns the 16-element group at offset o of a.
-func grp(a []float32, o int) *[16]float32 { return (*[16]float32)(a[o:]) }
-
 // products fills s.p with the partial products of the nr unpacked rows in
-// s.w with the nv activation spans in s.x, n elements each, using the
-// widest kernel that fits; any kernel gives the same bits for a pair.
-func (s *tileScratch) products(nr, nv, n int) {
+// s.w with nv activation spans of n elements, vector v's at x[v*xs:]. It
+// covers the pairs with the widest kernels that fit; any kernel gives the
+// same bits for a pair.
+func (s *tileScratch) products(nr, nv, n int, x []float32, xs int) {
 	ng := n / 16
-	p := &s.p
-	done := 0 // vectors done by the wide kernels (for all nr rows)
-	switch {
-	case nr == 8 && nv == 1:
-		x := s.x[0]
-		for g := range ng {
-			o := 16 * g
-			p[g], p[16+g], p[32+g], p[48+g], p[64+g], p[80+g], p[96+g], p[112+g] = mac8x1(
-				grp(s.w[0][:], o), grp(s.w[1][:], o), grp(s.w[2][:], o), grp(s.w[3][:], o),
-				grp(s.w[4][:], o), grp(s.w[5][:], o), grp(s.w[6][:], o), grp(s.w[7][:], o),
-				grp(x, o))
+	if nv == 1 {
+		i := 0
+		for ; i+4 <= nr; i += 4 {
+			s.kernel(i, 4, 0, 1, nv, ng, x, xs)
 		}
-		done = 1
-	case nr == 2:
-		w0, w1 := s.w[0][:], s.w[1][:]
-		for ; done+4 <= nv; done += 4 {
-			x0, x1, x2, x3 := s.x[done], s.x[done+1], s.x[done+2], s.x[done+3]
-			q0, q1 := 16*done, 16*(nv+done) // pairs (0, done) and (1, done)
-			for g := range ng {
-				o := 16 * g
-				p[q0+g], p[q0+16+g], p[q0+32+g], p[q0+48+g],
-					p[q1+g], p[q1+16+g], p[q1+32+g], p[q1+48+g] = mac2x4(
-					grp(w0, o), grp(w1, o), grp(x0, o), grp(x1, o), grp(x2, o), grp(x3, o))
+		for ; i < nr; i++ {
+			s.kernel(i, 1, 0, 1, nv, ng, x, xs)
+		}
+	} else {
+		for i := 0; i < nr; i += 2 {
+			rows := min(2, nr-i)
+			v := 0
+			for ; v+4 <= nv; v += 4 {
+				s.kernel(i, rows, v, 4, nv, ng, x, xs)
 			}
-		}
-		for ; done+2 <= nv; done += 2 {
-			x0, x1 := s.x[done], s.x[done+1]
-			q0, q1 := 16*done, 16*(nv+done)
-			for g := range ng {
-				o := 16 * g
-				p[q0+g], p[q0+16+g], p[q1+g], p[q1+16+g] = mac2x2(
-					grp(w0, o), grp(w1, o), grp(x0, o), grp(x1, o))
+			for ; v+2 <= nv; v += 2 {
+				s.kernel(i, rows, v, 2, nv, ng, x, xs)
+			}
+			for ; v < nv; v++ {
+				s.kernel(i, rows, v, 1, nv, ng, x, xs)
 			}
 		}
 	}
 	if n%16 != 0 {
-		// A short last group (plain types): the wide kernels skipped it.
+		// A short last group (plain types only).
 		for i := range nr {
-			for v := range done {
-				p[16*(nv*i+v)+ng] = mac1(s.w[i][16*ng:n], s.x[v][16*ng:])
+			w := s.w[i*span+16*ng : i*span+n]
+			for v := range nv {
+				s.p[16*(nv*i+v)+ng] = dotShort(w, x[v*xs+16*ng:])
 			}
 		}
 	}
-	for i := range nr {
-		for v := done; v < nv; v++ {
-			pairProducts(&s.w[i], s.x[v], n, (*[16]float32)(p[16*(nv*i+v):]))
-		}
-	}
+}
+
+// kernel multiplies rows [i, i+rows) of s.w by vectors [v, v+vecs) over ng
+// groups, writing the products to s.p (nv vectors per row).
+func (s *tileScratch) kernel(i, rows, v, vecs, nv, ng int, x []float32, xs int) {
+	macTile(rows, vecs, s.w[i*span:], span, x[v*xs:], xs, ng, s.p[16*(nv*i+v):], 16*nv)
 }

@@ -57,7 +57,7 @@ func (s Shape) pooled() bool {
 	return s.Params() >= poolMinParams
 }
 
-// tensors lists a model's tensors in the order llama.cpp writes them.
+// tensors lists a model's tensors: the embeddings, each block's, the output.
 func (s Shape) tensors() []tensorSpec {
 	d, ff, q, kv := uint64(s.Dim), uint64(s.FFDim), uint64(s.Heads*s.HeadDim()), uint64(s.KVHeads*s.HeadDim())
 	pooled := s.pooled()
@@ -138,19 +138,23 @@ func (s Shape) metadata(v vocab) []gguf.KV {
 
 // Generate makes a complete Llama GGUF file of shape s with random weights,
 // in memory. The same shape and seed give the same bytes whatever
-// GOMAXPROCS is; for Q4_0 and Q8_0 on any machine too (other types go
-// through float arithmetic that may round differently where the compiler
-// fuses multiply-adds, as on arm64).
+// GOMAXPROCS is, and on any machine for F32, F16, BF16, Q4_0 and Q8_0 (the
+// quantizers of other types do float arithmetic that may round differently
+// where the compiler fuses multiply-adds, as on arm64).
 //
-// Matrices hold independent random values of mean 0 and standard deviation
-// 1/sqrt(row length) (1 for the embeddings), so that activations keep
-// their scale through every layer; the output rows of the special and byte
-// tokens are 10 times smaller, so that a sampler picks word pieces. Q4_0
-// and Q8_0 blocks are drawn directly (random quants, one scale per row);
-// other types are drawn uniformly and encoded with quant.Quantize. Norm
-// weights are 1. The work is spread over GOMAXPROCS goroutines: the 1.1
-// billion weights of TinyLlama take about 0.3 s on two cores. The
-// vocabulary is an SPM vocabulary of s.Vocab tokens (see the package
+// Matrices hold random values of mean 0 and standard deviation 1/sqrt(row
+// length) (1 for the embeddings), so that activations keep their scale
+// through every layer; the output rows of the special and byte tokens are 10
+// times smaller, so that a sampler picks word pieces. Norm weights are 1.
+// Q4_0 and Q8_0 blocks are drawn directly (random quants, one scale per
+// row); other types are drawn uniformly and encoded with quant.Quantize,
+// except that models of 2^26 weights or more in the slow-to-quantize types
+// (K-quants, Q4_1, Q5_0, Q5_1, IQ4_NL) are made of blocks picked at random
+// from 4096 quantized ones. The work is spread over GOMAXPROCS goroutines:
+// TinyLlama's 1.1 billion weights take 0.3 s in Q4_0 or Q4_K and 1 s in
+// Q8_0 on two cores, most of it the kernel handing out fresh memory.
+//
+// The vocabulary is an SPM vocabulary of s.Vocab tokens (see the package
 // documentation); the metadata is what llama.cpp writes for a Llama, with a
 // plain-text chat template ("user: ...").
 func Generate(s Shape, seed uint64) ([]byte, error) {

@@ -39,11 +39,11 @@ var TinyLlama = Shape{
 // values × 2 bytes), so a budget of 64 MiB holds 2048 blocks of 16 tokens
 // and 128 MiB holds 4096: a heatmap of a few thousand blocks at a modest
 // memory cost, which a few long sequences (256 blocks each at the full
-// context) fill. A token costs 5.2 million multiply-adds in the matrices,
-// about 4 ms in pure Go (some 200 tokens/s on two cores), so it generates at
-// interactive speed; and the whole file is made in about 10 ms. Q8_0 is the fastest
-// quantized type of package quant and keeps the weights close to the random
-// values drawn.
+// context) fill. A token costs 5.2 million multiply-adds in the matrices, a
+// few milliseconds in pure Go (about 170 tokens/s for one sequence on the
+// 2-core development machine), so it runs at interactive speed, and the
+// whole file is made in about 10 ms. Q8_0 is among the fastest types of
+// package quant and keeps the weights close to the random values drawn.
 var Demo = Shape{
 	Name: "kvscope demo (random weights)", Dim: 256, Layers: 4,
 	Heads: 8, KVHeads: 4, FFDim: 768, Vocab: 4096, Context: 4096, Type: quant.Q8_0,

@@ -1,0 +1,169 @@
+package app
+
+import (
+	"image"
+	"image/color"
+	"math"
+	"sync"
+
+	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/canvas"
+	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/theme"
+	"fyne.io/fyne/v2/widget"
+)
+
+// Series is one line of a chart: Y values at x = 0, 1, 2….
+type Series struct {
+	Name  string
+	Color color.RGBA
+	Y     []float64
+}
+
+var (
+	chartBG   = color.RGBA{0x16, 0x18, 0x1d, 0xff}
+	chartGrid = color.RGBA{0x30, 0x34, 0x3e, 0xff}
+)
+
+// RenderSeries draws series as lines over dst: x from 0 to the longest
+// series' last index across the width, y from 0 to the largest value (at
+// least yMax) up the height, over guides at quarters. It returns the y
+// value of the top edge.
+func RenderSeries(dst *image.RGBA, series []Series, yMax float64) float64 {
+	b := dst.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			dst.SetRGBA(x, y, chartBG)
+		}
+	}
+	w, h := b.Dx(), b.Dy()
+	if w < 2 || h < 2 {
+		return yMax
+	}
+	n := 0
+	for _, s := range series {
+		n = max(n, len(s.Y))
+		for _, v := range s.Y {
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				yMax = max(yMax, v)
+			}
+		}
+	}
+	if yMax <= 0 {
+		yMax = 1
+	}
+	for q := 1; q < 4; q++ {
+		y := b.Min.Y + h*q/4
+		for x := b.Min.X; x < b.Max.X; x++ {
+			dst.SetRGBA(x, y, chartGrid)
+		}
+	}
+	px := func(i int, v float64) image.Point {
+		x := 0
+		if n > 1 {
+			x = i * (w - 1) / (n - 1)
+		}
+		y := int(float64(h-1)*(1-min(max(v, 0), yMax)/yMax) + 0.5)
+		return image.Pt(b.Min.X+x, b.Min.Y+y)
+	}
+	for _, s := range series {
+		for i := range s.Y {
+			p := px(i, s.Y[i])
+			q := p
+			if i > 0 {
+				q = px(i-1, s.Y[i-1])
+			}
+			drawLine(dst, q, p, s.Color)
+			drawLine(dst, q.Add(image.Pt(0, 1)), p.Add(image.Pt(0, 1)), s.Color)
+		}
+	}
+	return yMax
+}
+
+// drawLine draws a one-pixel line (Bresenham), clipped to dst.
+func drawLine(dst *image.RGBA, a, b image.Point, c color.RGBA) {
+	dx, dy := b.X-a.X, b.Y-a.Y
+	if dx < 0 {
+		dx = -dx
+	}
+	if dy < 0 {
+		dy = -dy
+	}
+	dy = -dy
+	sx, sy := 1, 1
+	if a.X > b.X {
+		sx = -1
+	}
+	if a.Y > b.Y {
+		sy = -1
+	}
+	e := dx + dy
+	for {
+		if a.In(dst.Bounds()) {
+			dst.SetRGBA(a.X, a.Y, c)
+		}
+		if a == b {
+			return
+		}
+		e2 := 2 * e
+		if e2 >= dy {
+			e += dy
+			a.X += sx
+		}
+		if e2 <= dx {
+			e += dx
+			a.Y += sy
+		}
+	}
+}
+
+// chart is a widget drawing Series with a title and a legend.
+type chart struct {
+	widget.BaseWidget
+	mu     sync.Mutex
+	series []Series
+	img    *image.RGBA
+	raster *canvas.Raster
+	top    *widget.Label
+	legend *fyne.Container
+	box    *fyne.Container
+	unit   string
+}
+
+func newChart(title, unit string) *chart {
+	c := &chart{unit: unit, top: widget.NewLabel(title)}
+	c.top.Importance = widget.LowImportance
+	c.raster = canvas.NewRaster(func(w, h int) image.Image {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.img == nil || c.img.Bounds().Dx() != w || c.img.Bounds().Dy() != h {
+			c.img = image.NewRGBA(image.Rect(0, 0, w, h))
+		}
+		RenderSeries(c.img, c.series, 0)
+		return c.img
+	})
+	c.raster.SetMinSize(fyne.NewSize(200, 110))
+	c.legend = container.NewHBox()
+	c.box = container.NewBorder(c.top, c.legend, nil, nil, c.raster)
+	c.ExtendBaseWidget(c)
+	return c
+}
+
+// set shows new series.
+func (c *chart) set(series []Series) {
+	c.mu.Lock()
+	c.series = series
+	c.mu.Unlock()
+	c.legend.Objects = nil
+	for _, s := range series {
+		r := canvas.NewRectangle(s.Color)
+		r.SetMinSize(fyne.NewSize(12, 12))
+		t := canvas.NewText(s.Name, theme.Color(theme.ColorNameForeground))
+		t.TextSize = theme.CaptionTextSize()
+		c.legend.Add(container.NewHBox(container.NewCenter(r), t))
+	}
+	c.legend.Refresh()
+	c.raster.Refresh()
+}
+
+func (c *chart) CreateRenderer() fyne.WidgetRenderer { return widget.NewSimpleRenderer(c.box) }
