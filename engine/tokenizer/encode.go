@@ -113,52 +113,15 @@ type spmBigram struct {
 	size        int
 }
 
-// spmQueue is a binary heap that pops the highest score first, and of
-// equal scores the leftmost pair.
-type spmQueue []spmBigram
+// spmQueue pops the highest score first, and of equal scores the leftmost
+// pair.
+type spmQueue = queue[spmBigram]
 
 func (a spmBigram) before(b spmBigram) bool {
 	if a.score != b.score {
 		return a.score > b.score
 	}
 	return a.left < b.left
-}
-
-func (q *spmQueue) push(x spmBigram) {
-	*q = append(*q, x)
-	h := *q
-	for i := len(h) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !h[i].before(h[p]) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (q *spmQueue) pop() spmBigram {
-	h := *q
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
-	for i := 0; ; {
-		c := 2*i + 1
-		if c >= len(h) {
-			break
-		}
-		if c+1 < len(h) && h[c+1].before(h[c]) {
-			c++
-		}
-		if !h[c].before(h[i]) {
-			break
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
-	}
-	*q = h
-	return top
 }
 
 // encodeSPM appends the tokens of text (spaces already turned into ▁):
@@ -247,52 +210,15 @@ type bpeBigram struct {
 	rank        int32
 }
 
-// bpeQueue is a binary heap that pops the lowest rank first, and of equal
-// ranks the leftmost pair.
-type bpeQueue []bpeBigram
+// bpeQueue pops the lowest rank first, and of equal ranks the leftmost
+// pair.
+type bpeQueue = queue[bpeBigram]
 
 func (a bpeBigram) before(b bpeBigram) bool {
 	if a.rank != b.rank {
 		return a.rank < b.rank
 	}
 	return a.left < b.left
-}
-
-func (q *bpeQueue) push(x bpeBigram) {
-	*q = append(*q, x)
-	h := *q
-	for i := len(h) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !h[i].before(h[p]) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (q *bpeQueue) pop() bpeBigram {
-	h := *q
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
-	for i := 0; ; {
-		c := 2*i + 1
-		if c >= len(h) {
-			break
-		}
-		if c+1 < len(h) && h[c+1].before(h[c]) {
-			c++
-		}
-		if !h[c].before(h[i]) {
-			break
-		}
-		h[i], h[c] = h[c], h[i]
-		i = c
-	}
-	*q = h
-	return top
 }
 
 // encodeBPE appends the tokens of text: the pre-tokenizer cuts it into
@@ -366,4 +292,45 @@ func (t *Tokenizer) encodeBPE(text string, out []int) []int {
 		}
 	}
 	return out
+}
+
+// queue is a binary heap of merge candidates that pops first the one that
+// comes before all others.
+type queue[T interface{ before(T) bool }] []T
+
+func (q *queue[T]) push(x T) {
+	*q = append(*q, x)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h[i].before(h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *queue[T]) pop() T {
+	h := *q
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		c := 2*i + 1
+		if c >= len(h) {
+			break
+		}
+		if c+1 < len(h) && h[c+1].before(h[c]) {
+			c++
+		}
+		if !h[c].before(h[i]) {
+			break
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+	*q = h
+	return top
 }
