@@ -47,16 +47,11 @@ func benchCache(args []string, stdout, stderr io.Writer) error {
 	if err := requireModel(*path); err != nil {
 		return err
 	}
-	text, err := os.ReadFile(*file)
-	if err != nil {
-		return err
-	}
-	l, err := load(*path)
+	l, ids, err := loadText(*path, *file)
 	if err != nil {
 		return err
 	}
 	defer l.close()
-	ids := l.tok.Encode(string(text), true, false)
 	if err := precisionTable(stdout, l.m, ids); err != nil {
 		return err
 	}

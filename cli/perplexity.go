@@ -24,23 +24,15 @@ func perplexityCmd(args []string, stdout, stderr io.Writer) error {
 	if err := requireModel(*path); err != nil {
 		return err
 	}
-	if *file == "" {
-		return fmt.Errorf("no text file given: pass -f FILE")
-	}
-	text, err := os.ReadFile(*file)
-	if err != nil {
-		return err
-	}
 	cfg, err := cf.config()
 	if err != nil {
 		return err
 	}
-	l, err := load(*path)
+	l, ids, err := loadText(*path, *file)
 	if err != nil {
 		return err
 	}
 	defer l.close()
-	ids := l.tok.Encode(string(text), true, false)
 	ppl, n, win, err := perplexity(l.m, ids, cfg)
 	if err != nil {
 		return err
@@ -49,6 +41,22 @@ func perplexityCmd(args []string, stdout, stderr io.Writer) error {
 		n, win, cfg.Cache.K, cfg.Cache.V, cfg.Cache.BlockSize, cfg.Cache.Allocator)
 	fmt.Fprintf(stdout, "perplexity: %.4f\n", ppl)
 	return nil
+}
+
+// loadText loads a model and tokenizes a text file with it (BOS first).
+func loadText(model, file string) (*loaded, []int, error) {
+	if file == "" {
+		return nil, nil, fmt.Errorf("no text file given: pass -f FILE")
+	}
+	text, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := load(model)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, l.tok.Encode(string(text), true, false), nil
 }
 
 // perplexity scores ids (which start with BOS) as one sequence, split into
