@@ -3,6 +3,7 @@ package quant
 import (
 	"encoding/binary"
 	"math"
+	"unsafe"
 )
 
 // Block layouts (ggml-common.h). Every multi-byte field is little-endian;
@@ -20,13 +21,43 @@ import (
 //	Q5_K (256 el, 176 B): d, dmin half | scales[12] | qh[32] | qs[128]
 //	Q6_K (256 el, 210 B): ql[128] | qh[64] | scales[16] int8 | d half
 //
-// The K-quant bit placements are described at each dequantizer below.
+// The K-quant bit placements are described at each dequantizer below. The
+// explicit float32 conversions of products keep each product rounded on
+// its own, so that no architecture fuses it with the subtraction that
+// follows: every machine dequantizes to the same bits (dequant_amd64.s
+// computes them too).
 
 // kvaluesIQ4NL are IQ4_NL's 16 non-linear levels.
 var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
-// halfAt reads the little-endian half at b[0:2].
-func halfAt(b []byte) float32 { return f16Table[uint16(b[0])|uint16(b[1])<<8] }
+// halfAt reads the little-endian half at b[0:2]. Block scales are read
+// often and scattered, so it converts by arithmetic rather than through
+// f16Table (256 KiB, mostly out of cache): the half's exponent and mantissa
+// bits, shifted into place, are a float32 2^112 times too small (a
+// subnormal half lands on a subnormal float32, still exact); only
+// infinities and NaN, whose exponent must stay all ones, take the table.
+func halfAt(b []byte) float32 {
+	h := uint32(b[0]) | uint32(b[1])<<8
+	if h&0x7c00 == 0x7c00 {
+		return f16Table[h]
+	}
+	f := math.Float32frombits(h&0x7fff<<13) * 0x1p112
+	return math.Float32frombits(math.Float32bits(f) | h&0x8000<<16)
+}
+
+// nativeLittle reports whether the machine is little-endian, so that F32
+// rows can be read in place.
+var nativeLittle = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// f32View returns row as float32s when it can be read in place (aligned,
+// little-endian machine).
+func f32View(row []byte) ([]float32, bool) {
+	p := unsafe.SliceData(row)
+	if !nativeLittle || uintptr(unsafe.Pointer(p))%4 != 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(p)), len(row)/4), true
+}
 
 func dequantF32(src []byte, dst []float32) {
 	if w, ok := f32View(src); ok {
@@ -38,7 +69,7 @@ func dequantF32(src []byte, dst []float32) {
 	}
 }
 
-func dequantF16(src []byte, dst []float32) {
+func dequantF16Go(src []byte, dst []float32) {
 	for i := range dst {
 		dst[i] = f16Table[binary.LittleEndian.Uint16(src[2*i:])]
 	}
@@ -50,7 +81,7 @@ func dequantBF16(src []byte, dst []float32) {
 	}
 }
 
-func dequantQ8_0(src []byte, dst []float32) {
+func dequantQ8_0Go(src []byte, dst []float32) {
 	for i := 0; i < len(dst)/32; i++ {
 		b := src[i*34 : i*34+34]
 		y := dst[i*32 : i*32+32]
@@ -61,7 +92,7 @@ func dequantQ8_0(src []byte, dst []float32) {
 	}
 }
 
-func dequantQ4_0(src []byte, dst []float32) {
+func dequantQ4_0Go(src []byte, dst []float32) {
 	for i := 0; i < len(dst)/32; i++ {
 		b := src[i*18 : i*18+18]
 		y := dst[i*32 : i*32+32]
@@ -73,7 +104,7 @@ func dequantQ4_0(src []byte, dst []float32) {
 	}
 }
 
-func dequantQ4_1(src []byte, dst []float32) {
+func dequantQ4_1Go(src []byte, dst []float32) {
 	for i := 0; i < len(dst)/32; i++ {
 		b := src[i*20 : i*20+20]
 		y := dst[i*32 : i*32+32]
@@ -144,7 +175,7 @@ func dequantQ2_K(src []byte, dst []float32) {
 				for k := 0; k < 2; k++ {
 					s := sc[8*h+2*j+k]
 					dl := d * float32(s&15)
-					ml := dmin * float32(s>>4)
+					ml := float32(dmin * float32(s>>4)) // rounded: no fused multiply-subtract below
 					out := y[128*h+32*j+16*k : 128*h+32*j+16*k+16]
 					for l, q := range qs[16*k : 16*k+16] {
 						out[l] = float32(dl*float32(q>>shift&3)) - ml
@@ -216,7 +247,7 @@ func scaleMinK4(j int, q []byte) (sc, m byte) {
 
 // Q4_K: 8 sub-blocks of 32, x = d*sc*q - dmin*m. Sub-blocks 2g and 2g+1
 // take the low and high nibbles of qs[32g:32g+32].
-func dequantQ4_K(src []byte, dst []float32) {
+func dequantQ4_KGo(src []byte, dst []float32) {
 	for i := 0; i < len(dst)/256; i++ {
 		b := src[i*144 : i*144+144]
 		y := dst[i*256 : i*256+256]
@@ -224,8 +255,8 @@ func dequantQ4_K(src []byte, dst []float32) {
 		for g := 0; g < 4; g++ {
 			s1, m1 := scaleMinK4(2*g, b[4:16])
 			s2, m2 := scaleMinK4(2*g+1, b[4:16])
-			d1, mm1 := d*float32(s1), dmin*float32(m1)
-			d2, mm2 := d*float32(s2), dmin*float32(m2)
+			d1, mm1 := d*float32(s1), float32(dmin*float32(m1))
+			d2, mm2 := d*float32(s2), float32(dmin*float32(m2))
 			out := y[64*g : 64*g+64]
 			for l, q := range b[16+32*g : 16+32*g+32] {
 				out[l] = float32(d1*float32(q&15)) - mm1
@@ -246,8 +277,8 @@ func dequantQ5_K(src []byte, dst []float32) {
 		for g := 0; g < 4; g++ {
 			s1, m1 := scaleMinK4(2*g, b[4:16])
 			s2, m2 := scaleMinK4(2*g+1, b[4:16])
-			d1, mm1 := d*float32(s1), dmin*float32(m1)
-			d2, mm2 := d*float32(s2), dmin*float32(m2)
+			d1, mm1 := d*float32(s1), float32(dmin*float32(m1))
+			d2, mm2 := d*float32(s2), float32(dmin*float32(m2))
 			out := y[64*g : 64*g+64]
 			for l, q := range b[48+32*g : 48+32*g+32] {
 				lo := q&15 | (qh[l]>>(2*g)&1)<<4
@@ -264,7 +295,7 @@ func dequantQ5_K(src []byte, dst []float32) {
 // ql[64h+l], element l+32 the low nibble of ql[64h+l+32], element l+64 the
 // high nibble of ql[64h+l], element l+96 the high nibble of ql[64h+l+32];
 // their top 2 bits are bits 0-1, 2-3, 4-5, 6-7 of qh[32h+l].
-func dequantQ6_K(src []byte, dst []float32) {
+func dequantQ6_KGo(src []byte, dst []float32) {
 	for i := 0; i < len(dst)/256; i++ {
 		b := src[i*210 : i*210+210]
 		y := dst[i*256 : i*256+256]

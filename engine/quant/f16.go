@@ -78,3 +78,12 @@ func F32ToBF16(f float32) uint16 {
 	}
 	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
 }
+
+// f16Table[h] is F16ToF32(h): one load instead of a call.
+var f16Table [1 << 16]float32
+
+func init() {
+	for i := range f16Table {
+		f16Table[i] = F16ToF32(uint16(i))
+	}
+}

@@ -122,3 +122,15 @@ func TestBF16(t *testing.T) {
 		t.Errorf("F32ToBF16(NaN) is not NaN")
 	}
 }
+
+// TestHalfAt checks the arithmetic half reader against F16ToF32 on every
+// one of the 65536 halves.
+func TestHalfAt(t *testing.T) {
+	for h := range 1 << 16 {
+		got := halfAt([]byte{byte(h), byte(h >> 8)})
+		want := F16ToF32(uint16(h))
+		if math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("halfAt(%#04x) = %#08x, want %#08x", h, math.Float32bits(got), math.Float32bits(want))
+		}
+	}
+}

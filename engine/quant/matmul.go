@@ -12,6 +12,11 @@ import (
 // more than it saves.
 const serialWork = 1 << 16
 
+// span is the number of elements of a row multiplied by every vector of a
+// tile before the next (and DotFunc's unit of dequantization): one K-quant
+// block, eight 32-element blocks.
+const span = 256
+
 // maxVec is the most vectors multiplied in one pass over a tile of rows;
 // more vectors take several passes, so that the activations a pass reads
 // stay in cache.
@@ -23,13 +28,12 @@ const maxVec = 32
 // so len(out) must be nx*rows.
 //
 // Rows are shared out among GOMAXPROCS goroutines in chunks. Within a
-// chunk, rows are taken in small tiles (eight rows for one vector, two rows
-// for several); each block of a tile's rows is unpacked once and multiplied
-// by all the vectors, so the cost of unpacking is shared by the batch.
-// Every output is computed by the same arithmetic, in the same order, as
-// the function DotFunc(t) returns, on the same row and vector, so the
-// result for (b, r) is bit-identical to DotFunc's whatever nx is, whatever
-// the other vectors are, and however the rows are split.
+// chunk, rows are taken eight at a time: they are dequantized to float32
+// once for all the vectors (up to 32 per pass) and multiplied by them with
+// SIMD kernels where the machine has them. Every output is computed by the same arithmetic, in
+// the same order, as the function DotFunc(t) returns, on the same row and
+// vector, so the result for (b, r) is bit-identical to DotFunc's whatever
+// nx is, whatever the other vectors are, and however the rows are split.
 func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error {
 	k, err := kernelFor(t)
 	if err != nil {
@@ -55,21 +59,7 @@ func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error 
 	if rows == 0 || nx == 0 {
 		return nil
 	}
-	f := k.f
-	m := matmul{f: f, w: w, rb: rb, rows: rows, cols: cols, x: x, nx: nx, out: out}
-	if f.sumGroup > 0 {
-		// Sum each group of activations once for all rows.
-		m.ng = cols / f.sumGroup
-		sp := sumsPool.Get().(*[]float32)
-		defer sumsPool.Put(sp)
-		if cap(*sp) < nx*m.ng {
-			*sp = make([]float32, nx*m.ng)
-		}
-		m.sums = (*sp)[:nx*m.ng]
-		for b := range nx {
-			subSums(x[b*cols:(b+1)*cols], f.sumGroup, m.sums[b*m.ng:(b+1)*m.ng])
-		}
-	}
+	m := matmul{dequant: k.dequant, bs: t.BlockSize(), ts: t.TypeSize(), w: w, rb: rb, rows: rows, cols: cols, x: x, nx: nx, out: out}
 
 	workers := min(runtime.GOMAXPROCS(0), rows)
 	if workers < 2 || rows*cols*nx < serialWork {
@@ -97,14 +87,10 @@ func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error 
 	return nil
 }
 
-// sumsPool recycles MatMul's activation-sum buffers.
-var sumsPool = sync.Pool{New: func() any { return new([]float32) }}
-
 // matmul is one MatMul call's operands.
 type matmul struct {
-	f          *format
-	sums       []float32 // nx × ng group sums, for types with minimums
-	ng         int       // sum groups per vector
+	dequant    func(src []byte, dst []float32)
+	bs, ts     int // elements and bytes per block
 	w          []byte
 	rb         int // bytes per row
 	rows, cols int
@@ -113,13 +99,15 @@ type matmul struct {
 	out        []float32
 }
 
-// tileScratch is one goroutine's working memory: the unpacked span of up
-// to eight rows (row i at w[i*span:]), the partial products of every (row,
-// vector) pair (16 groups each, pair i*nv+v) and their running totals.
+// tileRows is the number of rows in a tile.
+const tileRows = 8
+
+// tileScratch is one goroutine's working memory: a tile's rows dequantized
+// (row i at w[i*cols:]) and the four-lane running sums of every (row,
+// vector) pair of the tile (pair i*nv+v at acc[4*(i*nv+v):]).
 type tileScratch struct {
-	w   [8 * span]float32
-	p   [16 * 2 * maxVec]float32
-	acc [2 * maxVec]float32
+	w   []float32
+	acc [4 * tileRows * maxVec]float32
 }
 
 var tilePool = sync.Pool{New: func() any { return new(tileScratch) }}
@@ -128,87 +116,145 @@ var tilePool = sync.Pool{New: func() any { return new(tileScratch) }}
 func (m *matmul) do(r0, r1 int) {
 	s := tilePool.Get().(*tileScratch)
 	defer tilePool.Put(s)
+	if cap(s.w) < tileRows*m.cols {
+		s.w = make([]float32, tileRows*m.cols)
+	}
 	for v0 := 0; v0 < m.nx; v0 += maxVec {
 		nv := min(maxVec, m.nx-v0)
-		tr := 2 // rows per tile
-		if nv == 1 {
-			tr = 8
-		}
-		for r := r0; r < r1; r += tr {
-			m.tile(s, r, min(tr, r1-r), v0, nv)
+		for r := r0; r < r1; r += tileRows {
+			m.tile(s, r, min(tileRows, r1-r), v0, nv)
 		}
 	}
 }
 
-// tile computes rows [r, r+nr) for vectors [v0, v0+nv): nr*nv <= 2*maxVec.
+// tile computes rows [r, r+nr) for vectors [v0, v0+nv). It dequantizes the
+// rows whole, one after another, so that the weights are read as one
+// stream, then multiplies them by the vectors a span at a time, so that
+// each span of the vectors is read from cache by every row.
 func (m *matmul) tile(s *tileScratch, r, nr, v0, nv int) {
-	f := m.f
-	acc := s.acc[:nr*nv]
+	w := s.w[:nr*m.cols]
+	for i := range nr {
+		m.dequant(m.w[(r+i)*m.rb:(r+i+1)*m.rb], w[i*m.cols:(i+1)*m.cols])
+	}
+	acc := s.acc[:4*nr*nv]
 	clear(acc)
 	for e0 := 0; e0 < m.cols; e0 += span {
 		n := min(span, m.cols-e0)
-		bo := e0 / f.bs * f.ts
-		for i := range nr {
-			f.unpack(m.w[(r+i)*m.rb+bo:], n, (*[span]float32)(s.w[i*span:]))
-		}
-		s.products(nr, nv, n, m.x[v0*m.cols+e0:], m.cols)
-		var sums []float32
-		if f.sumGroup > 0 {
-			sums = m.sums[v0*m.ng+e0/f.sumGroup:]
-		}
-		for i := range nr {
-			f.finish(m.w[(r+i)*m.rb+bo:], n, s.p[16*nv*i:16*nv*(i+1)], sums, m.ng, acc[nv*i:nv*(i+1)])
-		}
+		s.products(w[e0:], m.cols, nr, nv, n, m.x[v0*m.cols+e0:], m.cols)
 	}
 	for i := range nr {
 		for v := range nv {
-			m.out[(v0+v)*m.rows+r+i] = acc[nv*i+v]
+			m.out[(v0+v)*m.rows+r+i] = laneSum(acc[4*(i*nv+v):])
 		}
 	}
 }
 
-// products fills s.p with the partial products of the nr unpacked rows in
-// s.w with nv activation spans of n elements, vector v's at x[v*xs:]. It
-// covers the pairs with the widest kernels that fit; any kernel gives the
-// same bits for a pair.
-func (s *tileScratch) products(nr, nv, n int, x []float32, xs int) {
+// products adds to s.acc the products of nr dequantized rows, row i's n
+// elements at w[i*ws:], with nv activation spans of n elements, vector v's
+// at x[v*xs:]. It covers the pairs with the widest kernels that fit; any
+// kernel gives the same bits for a pair.
+func (s *tileScratch) products(w []float32, ws, nr, nv, n int, x []float32, xs int) {
 	ng := n / 16
 	if nv == 1 {
 		i := 0
+		for ; i+8 <= nr; i += 8 {
+			s.kernel(w, ws, i, 8, 0, 1, nv, ng, x, xs)
+		}
 		for ; i+4 <= nr; i += 4 {
-			s.kernel(i, 4, 0, 1, nv, ng, x, xs)
+			s.kernel(w, ws, i, 4, 0, 1, nv, ng, x, xs)
 		}
 		for ; i < nr; i++ {
-			s.kernel(i, 1, 0, 1, nv, ng, x, xs)
+			s.kernel(w, ws, i, 1, 0, 1, nv, ng, x, xs)
 		}
 	} else {
-		for i := 0; i < nr; i += 2 {
-			rows := min(2, nr-i)
+		for i := 0; i < nr; {
 			v := 0
-			for ; v+4 <= nv; v += 4 {
-				s.kernel(i, rows, v, 4, nv, ng, x, xs)
+			if nr-i >= 4 {
+				// Four rows by four or two vectors, then the rest two rows
+				// at a time.
+				for ; v+4 <= nv; v += 4 {
+					s.kernel(w, ws, i, 4, v, 4, nv, ng, x, xs)
+				}
+				for ; v+2 <= nv; v += 2 {
+					s.kernel(w, ws, i, 4, v, 2, nv, ng, x, xs)
+				}
+				s.pairs(w, ws, i, 2, v, nv, ng, x, xs)
+				s.pairs(w, ws, i+2, 2, v, nv, ng, x, xs)
+				i += 4
+				continue
 			}
-			for ; v+2 <= nv; v += 2 {
-				s.kernel(i, rows, v, 2, nv, ng, x, xs)
-			}
-			for ; v < nv; v++ {
-				s.kernel(i, rows, v, 1, nv, ng, x, xs)
-			}
+			rows := min(2, nr-i)
+			s.pairs(w, ws, i, rows, 0, nv, ng, x, xs)
+			i += rows
 		}
 	}
 	if n%16 != 0 {
-		// A short last group (plain types only).
+		// The last few elements of a plain-type row.
 		for i := range nr {
-			w := s.w[i*span+16*ng : i*span+n]
+			wi := w[i*ws+16*ng : i*ws+n]
 			for v := range nv {
-				s.p[16*(nv*i+v)+ng] = dotShort(w, x[v*xs+16*ng:])
+				macTail(wi, x[v*xs+16*ng:], (*[4]float32)(s.acc[4*(i*nv+v):]))
 			}
 		}
 	}
 }
 
-// kernel multiplies rows [i, i+rows) of s.w by vectors [v, v+vecs) over ng
-// groups, writing the products to s.p (nv vectors per row).
-func (s *tileScratch) kernel(i, rows, v, vecs, nv, ng int, x []float32, xs int) {
-	macTile(rows, vecs, s.w[i*span:], span, x[v*xs:], xs, ng, s.p[16*(nv*i+v):], 16*nv)
+// pairs multiplies rows [i, i+rows) of w (rows <= 2) by vectors [v0, nv)
+// with the 2×4, 2×2 and 2×1 kernels (or their one-row versions).
+func (s *tileScratch) pairs(w []float32, ws, i, rows, v0, nv, ng int, x []float32, xs int) {
+	v := v0
+	for ; v+4 <= nv; v += 4 {
+		s.kernel(w, ws, i, rows, v, 4, nv, ng, x, xs)
+	}
+	for ; v+2 <= nv; v += 2 {
+		s.kernel(w, ws, i, rows, v, 2, nv, ng, x, xs)
+	}
+	for ; v < nv; v++ {
+		s.kernel(w, ws, i, rows, v, 1, nv, ng, x, xs)
+	}
 }
+
+// kernel multiplies rows [i, i+rows) of w (stride ws) by vectors [v,
+// v+vecs) over ng groups of 16 elements, adding to the pairs' sums (nv
+// vectors per row).
+func (s *tileScratch) kernel(w []float32, ws, i, rows, v, vecs, nv, ng int, x []float32, xs int) {
+	macTile(rows, vecs, w[i*ws:], ws, x[v*xs:], xs, ng, s.acc[4*(i*nv+v):], 4*nv)
+}
+
+// dotScratch is the working memory of one DotFunc call.
+type dotScratch struct {
+	w   [span]float32
+	acc [4]float32
+}
+
+var dotPool = sync.Pool{New: func() any { return new(dotScratch) }}
+
+// dotFunc returns DotFunc(t)'s function: MatMul's arithmetic for one row
+// and one vector.
+func dotFunc(t Type, dequant func(src []byte, dst []float32)) func(row []byte, x []float32) float32 {
+	bs, ts := t.BlockSize(), t.TypeSize()
+	return func(row []byte, x []float32) float32 {
+		if len(x)%bs != 0 || len(row) != len(x)/bs*ts {
+			dotLenPanic(t, len(row), len(x))
+		}
+		s := dotPool.Get().(*dotScratch)
+		defer dotPool.Put(s)
+		s.acc = [4]float32{}
+		for e0 := 0; e0 < len(x); e0 += span {
+			n := min(span, len(x)-e0)
+			dequant(row[e0/bs*ts:(e0+n)/bs*ts], s.w[:n])
+			ng := n / 16
+			macTile(1, 1, s.w[:], span, x[e0:], 0, ng, s.acc[:], 4)
+			if n%16 != 0 {
+				macTail(s.w[16*ng:n], x[e0+16*ng:], &s.acc)
+			}
+		}
+		return laneSum(s.acc[:])
+	}
+}
+
+// dotF32 and dotF16 are DotFunc(F32) and DotFunc(F16).
+var (
+	dotF32 = dotFunc(F32, dequantF32)
+	dotF16 = dotFunc(F16, dequantF16)
+)

@@ -3,29 +3,28 @@ package quant
 import "fmt"
 
 // kernel holds the operations kvscope implements for one type. quant is nil
-// for types that can be read but not written; f is how DotFunc and MatMul
-// compute with the type (see format).
+// for types that can be read but not written. DotFunc and MatMul compute
+// with dequant (see matmul.go).
 type kernel struct {
 	dequant func(src []byte, dst []float32)
 	quant   func(src []float32, dst []byte)
-	f       *format
 }
 
 var kernels = map[Type]kernel{
-	F32:    {dequant: dequantF32, quant: quantF32, f: formats[F32]},
-	F16:    {dequant: dequantF16, quant: quantF16, f: formats[F16]},
-	BF16:   {dequant: dequantBF16, quant: quantBF16, f: formats[BF16]},
-	Q8_0:   {dequant: dequantQ8_0, quant: quantQ8_0, f: formats[Q8_0]},
-	Q4_0:   {dequant: dequantQ4_0, quant: quantQ4_0, f: formats[Q4_0]},
-	Q4_1:   {dequant: dequantQ4_1, quant: quantQ4_1, f: formats[Q4_1]},
-	Q5_0:   {dequant: dequantQ5_0, quant: quantQ5_0, f: formats[Q5_0]},
-	Q5_1:   {dequant: dequantQ5_1, quant: quantQ5_1, f: formats[Q5_1]},
-	Q2_K:   {dequant: dequantQ2_K, quant: quantQ2_K, f: formats[Q2_K]},
-	Q3_K:   {dequant: dequantQ3_K, quant: quantQ3_K, f: formats[Q3_K]},
-	Q4_K:   {dequant: dequantQ4_K, quant: quantQ4_K, f: formats[Q4_K]},
-	Q5_K:   {dequant: dequantQ5_K, quant: quantQ5_K, f: formats[Q5_K]},
-	Q6_K:   {dequant: dequantQ6_K, quant: quantQ6_K, f: formats[Q6_K]},
-	IQ4_NL: {dequant: dequantIQ4_NL, quant: quantIQ4_NL, f: formats[IQ4_NL]},
+	F32:    {dequant: dequantF32, quant: quantF32},
+	F16:    {dequant: dequantF16, quant: quantF16},
+	BF16:   {dequant: dequantBF16, quant: quantBF16},
+	Q8_0:   {dequant: dequantQ8_0, quant: quantQ8_0},
+	Q4_0:   {dequant: dequantQ4_0, quant: quantQ4_0},
+	Q4_1:   {dequant: dequantQ4_1, quant: quantQ4_1},
+	Q5_0:   {dequant: dequantQ5_0, quant: quantQ5_0},
+	Q5_1:   {dequant: dequantQ5_1, quant: quantQ5_1},
+	Q2_K:   {dequant: dequantQ2_K, quant: quantQ2_K},
+	Q3_K:   {dequant: dequantQ3_K, quant: quantQ3_K},
+	Q4_K:   {dequant: dequantQ4_K, quant: quantQ4_K},
+	Q5_K:   {dequant: dequantQ5_K, quant: quantQ5_K},
+	Q6_K:   {dequant: dequantQ6_K, quant: quantQ6_K},
+	IQ4_NL: {dequant: dequantIQ4_NL, quant: quantIQ4_NL},
 }
 
 // Supported reports whether kvscope can dequantize t and take dot products
@@ -101,10 +100,10 @@ func Quantize(t Type, src []float32, dst []byte) error {
 
 // DotFunc returns the function that computes the dot product of one row of
 // type t (len(x) elements, stored in len(row) bytes) with the float32 vector
-// x, straight from the blocks. It sums in float32 in a fixed order (groups
-// of 16 elements, then block by block), so a given (row, x) always gives the
-// same bits, the same as MatMul gives for that row and vector; it agrees
-// with Dequantize followed by a float32 dot product up to rounding.
+// x. It dequantizes the row 256 elements at a time and sums the products in
+// float32 in a fixed order (four lanes, element j in lane j%4), so a given
+// (row, x) always gives the same bits, the same as MatMul gives for that
+// row and vector; it is Dequantize followed by a float32 dot product.
 //
 // The returned function does not check its arguments: len(x) must be a
 // multiple of t's block size and len(row) must equal t.RowBytes(len(x)).
@@ -114,7 +113,7 @@ func DotFunc(t Type) (func(row []byte, x []float32) float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	return k.f.dot, nil
+	return dotFunc(t, k.dequant), nil
 }
 
 // dotLenPanic reports a violated DotFunc contract.

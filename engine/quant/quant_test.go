@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // allTypes lists every supported type in a fixed order.
@@ -251,8 +252,11 @@ func TestDotF32Unaligned(t *testing.T) {
 	for _, n := range []int{1, 7, 32, 100, 1024} {
 		row := randomRow(r, F32, n)
 		x := gaussian(r, n, 1)
-		buf := make([]byte, len(row)+1)
-		odd := buf[1:]
+		// A buffer of uint32s is 4-byte aligned, so one byte in is not (a
+		// byte buffer may start anywhere, and one byte in may be aligned).
+		words := make([]uint32, n+1)
+		buf := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), 4*len(words))
+		odd := buf[1 : 1+len(row)]
 		copy(odd, row)
 		if _, ok := f32View(odd); ok {
 			t.Fatal("f32View accepted an odd address")
