@@ -316,14 +316,20 @@ func (a *App) load(path string) (*loaded, *engine.Engine, error) {
 	return l, e, nil
 }
 
-// OpenModel loads a model (a GGUF path, or DemoModel) and switches to it,
-// on the calling goroutine. The UI uses openAsync; tests and scripts this.
+// OpenModel loads a model (a GGUF path, or DemoModel) on the calling
+// goroutine, which must not be the UI goroutine, and switches the window to
+// it. The UI uses openAsync; tests and scripts this.
 func (a *App) OpenModel(path string) error {
 	l, e, err := a.load(path)
 	if err != nil {
 		return err
 	}
-	uithread.Locked(func() { a.use(l, e) })
+	done := make(chan struct{})
+	uithread.Do(func() {
+		a.use(l, e)
+		close(done)
+	})
+	<-done
 	return nil
 }
 
@@ -448,7 +454,11 @@ func (a *App) showLive(s *engine.Snapshot, evs []engine.Event, dropped uint64) {
 		}
 	}
 	lines := make([]string, 0, len(evs))
+	stepByStep := s.Paused || a.teach.delay.Value > 0
 	for _, ev := range evs {
+		if ev.Kind == "step" && !stepByStep {
+			continue // one a step at full speed would bury the rest; the Teaching tab explains steps
+		}
 		if ev.Kind == "evict" {
 			// The inspector's line adds how long the blocks sat idle.
 			ce := kvcache.Event{Step: ev.Step, Kind: kvcache.EventEvict, Seq: ev.Seq, Blocks: ev.Blocks, Tokens: ev.Tokens}

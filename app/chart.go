@@ -166,4 +166,5 @@ func (c *chart) set(series []Series) {
 	c.raster.Refresh()
 }
 
+// CreateRenderer returns the chart's renderer.
 func (c *chart) CreateRenderer() fyne.WidgetRenderer { return widget.NewSimpleRenderer(c.box) }

@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/container"
@@ -45,6 +46,13 @@ type controls struct {
 	root      fyne.CanvasObject
 
 	loading bool // show is setting the widgets: do not reconfigure
+
+	// Changes apply in order, each on top of the ones before it: pending
+	// is the config the queued changes lead to (nil when none is queued),
+	// last is closed when the newest queued change has been applied.
+	pending *engine.Config
+	last    chan struct{}
+	epoch   atomic.Int64 // bumped by a refusal: changes queued before it are dropped
 }
 
 func newControls(a *App) *controls {
@@ -204,25 +212,49 @@ func (c *controls) apply(change func(cfg *engine.Config)) {
 		return
 	}
 	cfg := e.Config()
+	if c.pending != nil {
+		cfg = *c.pending
+	}
 	change(&cfg)
+	c.pending = &cfg
+	prev, done := c.last, make(chan struct{})
+	c.last = done
+	epoch := c.epoch.Load()
 	c.result.SetText("Applying…")
 	go func() {
+		if prev != nil {
+			<-prev
+		}
+		if c.epoch.Load() != epoch {
+			close(done) // built on a refused change
+			return
+		}
 		err := e.Reconfigure(cfg)
-		uithread.Do(func() { c.applied(e, cfg, err) })
+		if err != nil {
+			c.epoch.Add(1)
+		}
+		close(done)
+		uithread.Do(func() { c.applied(e, err, done) })
 	}()
 }
 
-// applied shows the outcome of a Reconfigure (UI goroutine).
-func (c *controls) applied(e *engine.Engine, cfg engine.Config, err error) {
+// applied shows the outcome of a Reconfigure (UI goroutine). A refused
+// change drops the changes queued after it, which were built on it.
+func (c *controls) applied(e *engine.Engine, err error, done chan struct{}) {
 	if err != nil {
 		c.result.Importance = widget.DangerImportance
 		c.result.SetText("Refused: " + err.Error())
+		c.pending = nil
 	} else {
 		c.result.Importance = widget.SuccessImportance
 		c.result.SetText("Applied: " + describeConfig(e.Config()))
 		c.a.settings.Cache = cacheSettings(e.Config())
 		c.a.saveSettings()
 	}
+	if done != c.last && err == nil {
+		return // more changes are on their way
+	}
+	c.pending = nil
 	c.show(e.Config(), e.Snapshot())
 }
 

@@ -2,12 +2,14 @@ package app
 
 import (
 	"fmt"
+	"image"
 	"image/png"
 	"os"
 	"path/filepath"
 	"time"
 
 	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/driver/software"
 
 	"kvscope/app/inspector"
 	"kvscope/app/store"
@@ -21,7 +23,7 @@ import (
 const ScreenshotEnv = "KVSCOPE_SCREENSHOT"
 
 // ScreenshotAfter is how long the scripted session runs before the picture.
-const ScreenshotAfter = 8 * time.Second
+const ScreenshotAfter = 4 * time.Second
 
 // screenshot plays the scripted session and quits (own goroutine).
 func (a *App) screenshot(modelPath, out string) {
@@ -36,7 +38,7 @@ func (a *App) screenshot(modelPath, out string) {
 	uithread.Do(func() {
 		for _, m := range []string{"Once upon a time, in a quiet little town", "The dragon looked at the sea and said"} {
 			id := a.chat.NewConversation()
-			a.chat.Update(id, func(c *store.Conversation) { c.Sampling.MaxTokens = 400 })
+			a.chat.Update(id, func(c *store.Conversation) { c.Sampling.MaxTokens = 1000 })
 			if err := a.chat.SendText(id, m); err != nil {
 				errc <- err
 				return
@@ -56,7 +58,7 @@ func (a *App) screenshot(modelPath, out string) {
 	time.Sleep(500 * time.Millisecond)
 	done := make(chan error, 1)
 	fyne.Do(func() {
-		img := a.win.Canvas().Capture()
+		img := capture(a.win)
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			done <- err
 			return
@@ -80,4 +82,19 @@ func (a *App) screenshot(modelPath, out string) {
 		a.Close()
 		a.fa.Quit()
 	})
+}
+
+// capture draws the window's content with Fyne's software painter, at the
+// window's size. Reading the OpenGL front buffer back (Canvas.Capture)
+// gives a blank image under Xvfb, so the picture is painted again from the
+// same widgets; the window is closed right after.
+func capture(w fyne.Window) image.Image {
+	size := w.Canvas().Size()
+	content := w.Content()
+	c := software.NewCanvas()
+	c.SetPadded(false)
+	c.SetContent(content)
+	c.Resize(size)
+	content.Resize(size)
+	return c.Capture()
 }

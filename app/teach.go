@@ -494,9 +494,9 @@ func (t *teacher) lessonShared(ctx context.Context, e *engine.Engine) error {
 		for _, m := range messages {
 			id := t.a.chat.NewConversation()
 			t.a.chat.Update(id, func(c *store.Conversation) {
-				c.Title = "Shared prompt: " + Title3(m)
+				c.Title = "Shared: " + title3(m)
 				c.System = sharedSystem
-				c.Sampling.MaxTokens = 96
+				c.Sampling.MaxTokens = 600
 			})
 			if err := t.a.chat.SendText(id, m); err != nil {
 				done <- err
@@ -531,8 +531,8 @@ func (t *teacher) lessonShared(ctx context.Context, e *engine.Engine) error {
 	return nil
 }
 
-// Title3 is the first three words of s.
-func Title3(s string) string {
+// title3 is the first three words of s.
+func title3(s string) string {
 	w := strings.Fields(s)
 	return strings.Join(w[:min(3, len(w))], " ")
 }

@@ -3,10 +3,12 @@ package chat
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/canvas"
 	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/layout"
 	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
 
@@ -19,7 +21,8 @@ type messageView struct {
 	root   *fyne.Container
 	bg     *canvas.Rectangle
 	role   *widget.Label
-	text   *widget.Label
+	text   *fyne.Container // one wrapping label per segment (see Segments)
+	shown  string
 	footer *widget.Label
 	regen  *widget.Button
 	edit   *widget.Button
@@ -30,12 +33,10 @@ func newMessageView(p *Pane, i int) *messageView {
 	v := &messageView{
 		bg:     canvas.NewRectangle(theme.Color(theme.ColorNameInputBackground)),
 		role:   widget.NewLabelWithStyle("", fyne.TextAlignLeading, fyne.TextStyle{Bold: true}),
-		text:   widget.NewLabel(""),
+		text:   container.New(layout.NewCustomPaddedVBoxLayout(0)),
 		footer: widget.NewLabel(""),
 	}
 	v.bg.CornerRadius = theme.InputRadiusSize()
-	v.text.Wrapping = fyne.TextWrapWord
-	v.text.Selectable = true
 	v.footer.Importance = widget.LowImportance
 	v.footer.Truncation = fyne.TextTruncateEllipsis
 	v.regen = widget.NewButtonWithIcon("Regenerate", theme.ViewRefreshIcon(), func() {
@@ -70,9 +71,7 @@ func (v *messageView) set(m store.Message, last, running bool) {
 	if !user && text == "" && m.Finish == "" {
 		text = "…"
 	}
-	if v.text.Text != text {
-		v.text.SetText(text)
-	}
+	v.setText(text)
 	footer := ""
 	if !user {
 		footer = Footer(m)
@@ -123,3 +122,63 @@ func Footer(m store.Message) string {
 	}
 	return strings.Join(parts, " · ")
 }
+
+// SegmentChars is the longest stretch of text one label wraps. Fyne
+// re-measures a wrapping label's whole text on every change, so a reply of
+// thousands of tokens in one label makes each streamed update slower than
+// the last; split, only the last segment changes as tokens arrive.
+const SegmentChars = 600
+
+// Segments splits text into paragraphs at newlines, and paragraphs longer
+// than max bytes at the last space before max (or at max when there is
+// none), never inside a UTF-8 character. Joined back with the separators it
+// dropped, the segments are the text.
+func Segments(text string, max int) []string {
+	var out []string
+	for _, para := range strings.Split(text, "\n") {
+		for len(para) > max {
+			cut := strings.LastIndexByte(para[:max], ' ')
+			if cut <= 0 {
+				cut = max
+				for cut > 0 && !utf8.RuneStart(para[cut]) {
+					cut--
+				}
+				if cut == 0 {
+					cut = max
+				}
+			}
+			out = append(out, para[:cut])
+			para = para[cut:]
+		}
+		out = append(out, para)
+	}
+	return out
+}
+
+// setText shows text, changing only the segments that differ.
+func (v *messageView) setText(text string) {
+	if text == v.shown {
+		return
+	}
+	v.shown = text
+	segs := Segments(text, SegmentChars)
+	for i, s := range segs {
+		if i < len(v.text.Objects) {
+			if l := v.text.Objects[i].(*widget.Label); l.Text != s {
+				l.SetText(s)
+			}
+			continue
+		}
+		l := widget.NewLabel(s)
+		l.Wrapping = fyne.TextWrapWord
+		l.Selectable = true
+		v.text.Add(l)
+	}
+	if len(v.text.Objects) > len(segs) {
+		v.text.Objects = v.text.Objects[:len(segs)]
+		v.text.Refresh()
+	}
+}
+
+// Text returns the text shown.
+func (v *messageView) Text() string { return v.shown }

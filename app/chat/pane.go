@@ -189,7 +189,7 @@ func (p *Pane) build() {
 	top := container.NewVBox(header, p.note, ctxRow, acc)
 	main := container.NewBorder(top, composer, nil, nil, p.scroll)
 	split := container.NewHSplit(sidebar, main)
-	split.Offset = 0.24
+	split.Offset = 0.28
 	p.root = split
 }
 
@@ -695,7 +695,7 @@ func (p *Pane) ConversationOf(req uint64) (int64, bool) {
 	return id, ok
 }
 
-// Title returns conversation id's title, or "".
+// TitleOf returns conversation id's title, or "".
 func (p *Pane) TitleOf(id int64) string {
 	if c := p.conv(id); c != nil {
 		return c.Title

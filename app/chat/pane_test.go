@@ -121,8 +121,8 @@ func TestTypingAndSendingStreamsAReply(t *testing.T) {
 			t.Errorf("composer still holds %q", p.Composer().Text)
 		}
 		v := p.views[1]
-		if v.text.Text != m.Text || !strings.Contains(v.footer.Text, "tok/s") || !strings.Contains(v.footer.Text, "40 tokens") {
-			t.Errorf("reply view shows %q / %q", v.text.Text, v.footer.Text)
+		if v.Text() != m.Text || !strings.Contains(v.footer.Text, "tok/s") || !strings.Contains(v.footer.Text, "40 tokens") {
+			t.Errorf("reply view shows %q / %q", v.Text(), v.footer.Text)
 		}
 		if !strings.HasPrefix(p.ContextText(), "context: ") || strings.HasPrefix(p.ContextText(), "context: 0 ") {
 			t.Errorf("context indicator %q", p.ContextText())
@@ -372,6 +372,27 @@ func TestFooter(t *testing.T) {
 	for _, tc := range tests {
 		if got := Footer(tc.m); got != tc.want {
 			t.Errorf("Footer(%+v) = %q, want %q", tc.m, got, tc.want)
+		}
+	}
+}
+
+func TestSegments(t *testing.T) {
+	tests := []struct {
+		text string
+		max  int
+		want []string
+	}{
+		{"", 10, []string{""}},
+		{"short", 10, []string{"short"}},
+		{"one two three four", 10, []string{"one two", " three", " four"}},
+		{"para one\npara two", 100, []string{"para one", "para two"}},
+		{"abcdefghijklmnop", 5, []string{"abcde", "fghij", "klmno", "p"}},
+		{"ééééé", 5, []string{"éé", "éé", "é"}}, // never splits a character
+	}
+	for _, tc := range tests {
+		got := Segments(tc.text, tc.max)
+		if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("Segments(%q, %d) = %q, want %q", tc.text, tc.max, got, tc.want)
 		}
 	}
 }

@@ -84,8 +84,11 @@ func newSettingsForm(p *Pane) *settingsForm {
 		widget.NewFormItem("Min-p", row(f.minP)),
 		widget.NewFormItem("Repeat penalty", row(f.repeat)),
 	)
-	nums := container.NewGridWithColumns(6,
-		widget.NewLabel("Top-k"), f.topK, widget.NewLabel("Max tokens"), f.maxTok, widget.NewLabel("Seed (0: random)"), f.seed)
+	f.seed.SetPlaceHolder("0: random")
+	labeled := func(name string, e *widget.Entry) fyne.CanvasObject {
+		return container.NewBorder(nil, nil, widget.NewLabel(name), nil, e)
+	}
+	nums := container.NewGridWithColumns(3, labeled("Top-k", f.topK), labeled("Max tokens", f.maxTok), labeled("Seed", f.seed))
 	f.root = container.NewVBox(f.system, form, nums, f.problem)
 	return f
 }

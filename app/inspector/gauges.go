@@ -138,6 +138,7 @@ func (t *gaugeTile) CreateRenderer() fyne.WidgetRenderer { return &tileRenderer{
 
 type tileRenderer struct{ t *gaugeTile }
 
+// Layout places the name, the value and the bar.
 func (r *tileRenderer) Layout(size fyne.Size) {
 	t := r.t
 	nameH := t.name.MinSize().Height
@@ -153,12 +154,14 @@ func (r *tileRenderer) Layout(size fyne.Size) {
 	t.fill.Resize(fyne.NewSize(float32(max(t.g.Bar, 0))*(size.Width-8), 3))
 }
 
+// MinSize fits the name and the value.
 func (r *tileRenderer) MinSize() fyne.Size {
 	t := r.t
 	w := max(t.name.MinSize().Width, 60)
 	return fyne.NewSize(w+4, t.name.MinSize().Height+t.value.MinSize().Height+4)
 }
 
+// Refresh follows the theme and the gauge.
 func (r *tileRenderer) Refresh() {
 	t := r.t
 	t.name.Color = theme.Color(theme.ColorNamePlaceHolder)
@@ -170,10 +173,12 @@ func (r *tileRenderer) Refresh() {
 	canvas.Refresh(t)
 }
 
+// Objects returns what the tile draws.
 func (r *tileRenderer) Objects() []fyne.CanvasObject {
 	return []fyne.CanvasObject{r.t.name, r.t.value, r.t.track, r.t.fill}
 }
 
+// Destroy has nothing to release.
 func (r *tileRenderer) Destroy() {}
 
 // humanizeBytes formats n bytes in IEC units, as the gauges do.
