@@ -7,15 +7,17 @@ TESTDATA ?= $(if $(KVSCOPE_TESTDATA),$(KVSCOPE_TESTDATA),../shared)
 MODEL    ?= $(TESTDATA)/models/stories260K.gguf
 # System packages Fyne needs to build (cgo, OpenGL and X11 headers).
 APT_PKGS := gcc pkg-config libgl1-mesa-dev xorg-dev
+# and what `make screenshot` needs to open the window without a display.
+SHOT_PKGS := xvfb xauth
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test fuzz bench clean
+.PHONY: all deps build run test fuzz bench screenshot clean
 
 all: build
 
 # deps installs the missing system packages with apt-get.
 deps:
-	@missing=""; for p in $(APT_PKGS); do \
+	@missing=""; for p in $(APT_PKGS) $(EXTRA_PKGS); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -49,6 +51,13 @@ bench: build
 	./$(BIN) bench decode
 	./$(BIN) bench cache
 	$(GO) test -run '^$$' -bench 'MatMul' -benchtime 20x ./engine/quant
+
+# screenshot opens the real window under Xvfb at 1280x800, runs a short
+# scripted session (two conversations, the "shared system prompt" lesson)
+# on the demo model, and saves assets/screenshot.png.
+screenshot: EXTRA_PKGS = $(SHOT_PKGS)
+screenshot: build
+	xvfb-run -a -s "-screen 0 1280x800x24" env KVSCOPE_SCREENSHOT=assets/screenshot.png ./$(BIN)
 
 clean:
 	rm -f $(BIN)
