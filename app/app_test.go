@@ -3,6 +3,7 @@ package app
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -300,4 +301,24 @@ func TestEngineConfigFromSettings(t *testing.T) {
 	if _, err := engineConfig(&store.Cache{K: "int3"}); err == nil || !strings.Contains(err.Error(), "int3") {
 		t.Errorf("bad precision: %v", err)
 	}
+}
+
+// TestSharedPromptAndSmallBudgetPresets runs the "shared system prompt"
+// and "budget too small" lessons on stories260K and checks that what they
+// teach happens: prefix-cache hits on the shared prompt, and preemption
+// under a budget too small for the load.
+func TestSharedPromptAndSmallBudgetPresets(t *testing.T) {
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	hits := regexp.MustCompile(`prefix cache: ([1-9][0-9]*) of [0-9]+ prompt tokens hit`)
+	uithread.Locked(func() { a.teach.runPreset(Presets[1]) })
+	waitFor(t, Presets[1].Name, func() bool { return hits.MatchString(a.teach.lesson.Text) })
+	uithread.Locked(a.teach.stopAll)
+
+	preempted := regexp.MustCompile(`Preemptions: ([1-9][0-9]*)`)
+	uithread.Locked(func() { a.teach.runPreset(Presets[3]) })
+	waitFor(t, Presets[3].Name, func() bool { return preempted.MatchString(a.teach.lesson.Text) })
+	uithread.Locked(a.teach.stopAll)
 }
