@@ -35,23 +35,6 @@ func newApp(t *testing.T, dir string) (*App, fyne.Window) {
 	return a, w
 }
 
-// waitFor polls cond under the UI lock until it holds or 20 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok := false
-		uithread.Locked(func() { ok = cond() })
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func stories(t *testing.T) string { return testshared.Path(t, "models/stories260K.gguf") }
 
 func TestFirstRunScreenThenModel(t *testing.T) {
@@ -128,7 +111,7 @@ func TestBlockSizeSliderReconfiguresTheEngine(t *testing.T) {
 			t.Fatalf("the slider is at stop %v after the drag, want 5", s.Value)
 		}
 	})
-	waitFor(t, "the reconfiguration", func() bool { return strings.HasPrefix(a.controls.Result(), "Applied") })
+	uithread.WaitFor(t, "the reconfiguration", func() bool { return strings.HasPrefix(a.controls.Result(), "Applied") })
 	uithread.Locked(func() {
 		if got := a.Engine().Config().Cache.BlockSize; got != 32 {
 			t.Errorf("engine block size %d after the slider moved, want 32 (result: %s)", got, a.controls.Result())
@@ -137,7 +120,7 @@ func TestBlockSizeSliderReconfiguresTheEngine(t *testing.T) {
 			t.Errorf("saved settings %+v, want block size 32", a.settings.Cache)
 		}
 	})
-	waitFor(t, "a snapshot of the new pool", func() bool {
+	uithread.WaitFor(t, "a snapshot of the new pool", func() bool {
 		s := a.insp.Snapshot()
 		return s != nil && s.BlockSize == 32
 	})
@@ -152,15 +135,15 @@ func TestImpossibleSettingIsRefusedWithTheReason(t *testing.T) {
 		a.controls.k.SetSelected("f32")
 		a.controls.v.SetSelected("f32")
 	})
-	waitFor(t, "f32", func() bool { return a.Engine().Config().Cache.V.String() == "f32" })
+	uithread.WaitFor(t, "f32", func() bool { return a.Engine().Config().Cache.V.String() == "f32" })
 	uithread.Locked(func() {
 		a.controls.block.SetValue(float64(len(BlockSizes) - 1)) // 256 tokens
 	})
-	waitFor(t, "256", func() bool { return a.Engine().Config().Cache.BlockSize == 256 })
+	uithread.WaitFor(t, "256", func() bool { return a.Engine().Config().Cache.BlockSize == 256 })
 	uithread.Locked(func() {
 		a.controls.budget.SetValue(1) // 256 KiB: less than one 256-token f32 block
 	})
-	waitFor(t, "the refusal", func() bool {
+	uithread.WaitFor(t, "the refusal", func() bool {
 		if strings.HasPrefix(a.controls.Result(), "Refused") {
 			return true
 		}
@@ -191,7 +174,7 @@ func TestChatFeedsTheInspector(t *testing.T) {
 		test.Type(a.chat.Composer(), "Once upon a time")
 		test.Tap(a.chat.SendButton())
 	})
-	waitFor(t, "the inspector to show the conversation's blocks", func() bool {
+	uithread.WaitFor(t, "the inspector to show the conversation's blocks", func() bool {
 		s := a.insp.Snapshot()
 		return s != nil && s.Metrics.UsedBlocks > 0 && strings.Contains(strings.Join(a.insp.Log.Lines(), "\n"), "allocated")
 	})
@@ -227,14 +210,14 @@ func TestStepModeExplains(t *testing.T) {
 		}
 		test.Tap(a.teach.step)
 	})
-	waitFor(t, "the step's explanation", func() bool { return strings.HasPrefix(a.teach.explain.Text, "Step ") })
+	uithread.WaitFor(t, "the step's explanation", func() bool { return strings.HasPrefix(a.teach.explain.Text, "Step ") })
 	uithread.Locked(func() {
 		if !strings.Contains(a.teach.explain.Text, "prompt tokens") {
 			t.Errorf("step explanation %q", a.teach.explain.Text)
 		}
 		test.Tap(a.teach.resume)
 	})
-	waitFor(t, "the reply after resuming", func() bool { return a.chat.Conversations().List[0].Messages[1].Finish != "" })
+	uithread.WaitFor(t, "the reply after resuming", func() bool { return a.chat.Conversations().List[0].Messages[1].Finish != "" })
 }
 
 func TestLoadGeneratorAndPresets(t *testing.T) {
@@ -247,7 +230,7 @@ func TestLoadGeneratorAndPresets(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	waitFor(t, "synthetic requests", func() bool {
+	uithread.WaitFor(t, "synthetic requests", func() bool {
 		return a.teach.load != nil && strings.Contains(a.teach.loadLab.Text, "users:") && !strings.Contains(a.teach.loadLab.Text, " 0 requests done")
 	})
 	uithread.Locked(a.teach.stopLoad)
@@ -262,7 +245,7 @@ func TestLoadGeneratorAndPresets(t *testing.T) {
 	}
 	for _, tc := range tests {
 		uithread.Locked(func() { a.teach.runPreset(Presets[tc.preset]) })
-		waitFor(t, Presets[tc.preset].Name, func() bool { return strings.Contains(a.teach.lesson.Text, tc.want) })
+		uithread.WaitFor(t, Presets[tc.preset].Name, func() bool { return strings.Contains(a.teach.lesson.Text, tc.want) })
 		if tc.preset == 0 {
 			uithread.Locked(func() {
 				if a.teach.chart.Hidden {
@@ -314,11 +297,11 @@ func TestSharedPromptAndSmallBudgetPresets(t *testing.T) {
 	}
 	hits := regexp.MustCompile(`prefix cache: ([1-9][0-9]*) of [0-9]+ prompt tokens hit`)
 	uithread.Locked(func() { a.teach.runPreset(Presets[1]) })
-	waitFor(t, Presets[1].Name, func() bool { return hits.MatchString(a.teach.lesson.Text) })
+	uithread.WaitFor(t, Presets[1].Name, func() bool { return hits.MatchString(a.teach.lesson.Text) })
 	uithread.Locked(a.teach.stopAll)
 
 	preempted := regexp.MustCompile(`Preemptions: ([1-9][0-9]*)`)
 	uithread.Locked(func() { a.teach.runPreset(Presets[3]) })
-	waitFor(t, Presets[3].Name, func() bool { return preempted.MatchString(a.teach.lesson.Text) })
+	uithread.WaitFor(t, Presets[3].Name, func() bool { return preempted.MatchString(a.teach.lesson.Text) })
 	uithread.Locked(a.teach.stopAll)
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"image"
 	"image/color"
+	"kvscope/app/inspector"
 	"math"
 	"sync"
 
@@ -73,48 +74,11 @@ func RenderSeries(dst *image.RGBA, series []Series, yMax float64) float64 {
 			if i > 0 {
 				q = px(i-1, s.Y[i-1])
 			}
-			drawLine(dst, q, p, s.Color)
-			drawLine(dst, q.Add(image.Pt(0, 1)), p.Add(image.Pt(0, 1)), s.Color)
+			inspector.Line(dst, q, p, s.Color)
+			inspector.Line(dst, q.Add(image.Pt(0, 1)), p.Add(image.Pt(0, 1)), s.Color)
 		}
 	}
 	return yMax
-}
-
-// drawLine draws a one-pixel line (Bresenham), clipped to dst.
-func drawLine(dst *image.RGBA, a, b image.Point, c color.RGBA) {
-	dx, dy := b.X-a.X, b.Y-a.Y
-	if dx < 0 {
-		dx = -dx
-	}
-	if dy < 0 {
-		dy = -dy
-	}
-	dy = -dy
-	sx, sy := 1, 1
-	if a.X > b.X {
-		sx = -1
-	}
-	if a.Y > b.Y {
-		sy = -1
-	}
-	e := dx + dy
-	for {
-		if a.In(dst.Bounds()) {
-			dst.SetRGBA(a.X, a.Y, c)
-		}
-		if a == b {
-			return
-		}
-		e2 := 2 * e
-		if e2 >= dy {
-			e += dy
-			a.X += sx
-		}
-		if e2 <= dx {
-			e += dx
-			a.Y += sy
-		}
-	}
 }
 
 // chart is a widget drawing Series with a title and a legend.

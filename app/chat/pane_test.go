@@ -61,23 +61,6 @@ func newPane(t *testing.T, dir string, e *engine.Engine) (*Pane, fyne.Window) {
 	return p, w
 }
 
-// waitFor polls cond under the UI lock until it holds or 20 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok := false
-		uithread.Locked(func() { ok = cond() })
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // lastMessage returns the shown conversation's last message.
 func lastMessage(p *Pane) store.Message {
 	c := p.conv(p.Selected())
@@ -95,7 +78,7 @@ func TestTypingAndSendingStreamsAReply(t *testing.T) {
 		test.Tap(p.SendButton())
 	})
 	var streamed bool
-	waitFor(t, "the reply to finish", func() bool {
+	uithread.WaitFor(t, "the reply to finish", func() bool {
 		m := lastMessage(p)
 		if m.Finish == "" && m.Text != "" {
 			streamed = true // seen mid-stream
@@ -146,14 +129,14 @@ func TestStopAndRegenerate(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	waitFor(t, "the first tokens", func() bool { return lastMessage(p).Tokens >= 3 })
+	uithread.WaitFor(t, "the first tokens", func() bool { return lastMessage(p).Tokens >= 3 })
 	uithread.Locked(func() {
 		if err := p.SendText(id, "again"); err == nil {
 			t.Error("sending while generating was accepted")
 		}
 		p.Stop(id)
 	})
-	waitFor(t, "the stop", func() bool { return !p.Running(id) && lastMessage(p).Finish != "" })
+	uithread.WaitFor(t, "the stop", func() bool { return !p.Running(id) && lastMessage(p).Finish != "" })
 	var stopped store.Message
 	uithread.Locked(func() {
 		stopped = lastMessage(p)
@@ -168,7 +151,7 @@ func TestStopAndRegenerate(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	waitFor(t, "the regenerated reply", func() bool { return lastMessage(p).Finish != "" })
+	uithread.WaitFor(t, "the regenerated reply", func() bool { return lastMessage(p).Finish != "" })
 	uithread.Locked(func() {
 		c := p.conv(id)
 		if len(c.Messages) != 2 {
@@ -185,7 +168,7 @@ func TestStopAndRegenerate(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	waitFor(t, "the second regeneration", func() bool { return lastMessage(p).Finish != "" })
+	uithread.WaitFor(t, "the second regeneration", func() bool { return lastMessage(p).Finish != "" })
 }
 
 func TestEditAndResend(t *testing.T) {
@@ -198,13 +181,13 @@ func TestEditAndResend(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	waitFor(t, "reply 1", func() bool { return lastMessage(p).Finish != "" })
+	uithread.WaitFor(t, "reply 1", func() bool { return lastMessage(p).Finish != "" })
 	uithread.Locked(func() {
 		if err := p.SendText(id, "The dog ran"); err != nil {
 			t.Fatal(err)
 		}
 	})
-	waitFor(t, "reply 2", func() bool { return lastMessage(p).Finish != "" })
+	uithread.WaitFor(t, "reply 2", func() bool { return lastMessage(p).Finish != "" })
 	uithread.Locked(func() {
 		if n := len(p.conv(id).Messages); n != 4 {
 			t.Fatalf("%d messages, want 4", n)
@@ -216,7 +199,7 @@ func TestEditAndResend(t *testing.T) {
 		p.Composer().SetText("The bird sang")
 		p.Send()
 	})
-	waitFor(t, "the edited reply", func() bool { return lastMessage(p).Finish != "" })
+	uithread.WaitFor(t, "the edited reply", func() bool { return lastMessage(p).Finish != "" })
 	uithread.Locked(func() {
 		c := p.conv(id)
 		if len(c.Messages) != 2 || c.Messages[0].Text != "The bird sang" {
@@ -241,7 +224,7 @@ func TestSeveralConversationsGenerateAtOnce(t *testing.T) {
 		}
 	})
 	both := false
-	waitFor(t, "both to stream", func() bool {
+	uithread.WaitFor(t, "both to stream", func() bool {
 		ca, cb := p.conv(a), p.conv(b)
 		both = p.Running(a) && p.Running(b) && ca.Messages[1].Tokens > 0 && cb.Messages[1].Tokens > 0
 		return both || !p.Running(a) || !p.Running(b)
@@ -253,7 +236,7 @@ func TestSeveralConversationsGenerateAtOnce(t *testing.T) {
 		p.Stop(a)
 		p.Stop(b)
 	})
-	waitFor(t, "both to stop", func() bool { return !p.Running(a) && !p.Running(b) })
+	uithread.WaitFor(t, "both to stop", func() bool { return !p.Running(a) && !p.Running(b) })
 }
 
 func TestPersistenceRoundTripAndDraft(t *testing.T) {
@@ -271,7 +254,7 @@ func TestPersistenceRoundTripAndDraft(t *testing.T) {
 	})
 	// Mid-generation, read what is on disk, as a restarted app would after
 	// a kill: the user's message is there, with the reply so far.
-	waitFor(t, "some tokens", func() bool { return lastMessage(p).Tokens > 2 })
+	uithread.WaitFor(t, "some tokens", func() bool { return lastMessage(p).Tokens > 2 })
 	time.Sleep(2 * SaveEvery)
 	st, _ := store.Open(dir)
 	onDisk, err := st.LoadConversations()
@@ -288,7 +271,7 @@ func TestPersistenceRoundTripAndDraft(t *testing.T) {
 		p.Stop(id)
 		p.Composer().SetText("a draft not sent")
 	})
-	waitFor(t, "the stop", func() bool { return !p.Running(id) })
+	uithread.WaitFor(t, "the stop", func() bool { return !p.Running(id) })
 	uithread.Locked(p.Close)
 
 	// A new pane from the same directory shows everything, draft included.

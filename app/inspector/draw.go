@@ -39,8 +39,8 @@ func outline(dst *image.RGBA, r image.Rectangle, c color.RGBA) {
 	fillRect(dst, image.Rect(r.Max.X-1, r.Min.Y, r.Max.X, r.Max.Y), c)
 }
 
-// line draws a one-pixel line from a to b (Bresenham), clipped to dst.
-func line(dst *image.RGBA, a, b image.Point, c color.RGBA) {
+// Line draws a one-pixel line from a to b (Bresenham), clipped to dst.
+func Line(dst *image.RGBA, a, b image.Point, c color.RGBA) {
 	dx, dy := abs(b.X-a.X), -abs(b.Y-a.Y)
 	sx, sy := 1, 1
 	if a.X > b.X {

@@ -75,7 +75,7 @@ func RenderHistory(dst *image.RGBA, samples []Sample, step int) {
 				prev = p
 			}
 			for t := range thick {
-				line(dst, prev.Sub(image.Pt(0, t)), p.Sub(image.Pt(0, t)), sr.c)
+				Line(dst, prev.Sub(image.Pt(0, t)), p.Sub(image.Pt(0, t)), sr.c)
 			}
 			prev = p
 		}

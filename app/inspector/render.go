@@ -211,7 +211,7 @@ func Render(dst *image.RGBA, s *kvcache.Snapshot, v View) Grid {
 
 	for i := 1; i < len(path); i++ {
 		if g.Visible(path[i-1]) && g.Visible(path[i]) {
-			line(dst, g.Center(path[i-1]).Add(origin), g.Center(path[i]).Add(origin), MarkColor)
+			Line(dst, g.Center(path[i-1]).Add(origin), g.Center(path[i]).Add(origin), MarkColor)
 		}
 	}
 	if len(path) > 0 && g.Visible(path[0]) {

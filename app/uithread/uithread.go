@@ -13,6 +13,7 @@ package uithread
 
 import (
 	"sync"
+	"time"
 
 	"fyne.io/fyne/v2"
 )
@@ -34,4 +35,29 @@ func Locked(f func()) {
 	mu.Lock()
 	defer mu.Unlock()
 	f()
+}
+
+// TB is the part of testing.TB that WaitFor uses.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// WaitFor polls cond under the UI lock every 10 ms until it holds, failing
+// the test after 20 s with a message naming what it waited for. It is for
+// tests that watch the UI react to work on other goroutines.
+func WaitFor(t TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := false
+		Locked(func() { ok = cond() })
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
