@@ -231,10 +231,8 @@ func cellPaints(s *kvcache.Snapshot, v View, g Grid) []paint {
 	for i := range out {
 		out[i] = paint{top: Background, bottom: Background}
 	}
-	var rank []int // recency: device block id -> eviction order, -1: not cached
 	var maxAge int64
 	if v.Mode == ByRecency {
-		rank = victimRanks(s)
 		for i := range s.Blocks {
 			if s.Blocks[i].State != kvcache.BlockFree {
 				maxAge = max(maxAge, s.Step-s.Blocks[i].LastAccess)
@@ -249,21 +247,17 @@ func cellPaints(s *kvcache.Snapshot, v View, g Grid) []paint {
 		victims = 8
 	}
 	for i := range s.Blocks {
-		r := -1
-		if rank != nil {
-			r = rank[i]
-		}
-		out[g.DeviceCell(i)] = blockPaint(&s.Blocks[i], s, v, r, victims, maxAge)
+		out[g.DeviceCell(i)] = blockPaint(&s.Blocks[i], s, v, victims, maxAge)
 	}
 	for i := range s.Host {
-		out[g.HostCell(i)] = blockPaint(&s.Host[i], s, v, -1, victims, maxAge)
+		out[g.HostCell(i)] = blockPaint(&s.Host[i], s, v, victims, maxAge)
 	}
 	return out
 }
 
 // blockPaint colours one block under v.Mode. rank is its place in the
 // eviction order (-1 when not evictable).
-func blockPaint(bi *kvcache.BlockInfo, s *kvcache.Snapshot, v View, rank, victims int, maxAge int64) paint {
+func blockPaint(bi *kvcache.BlockInfo, s *kvcache.Snapshot, v View, victims int, maxAge int64) paint {
 	flat := func(c color.RGBA) paint { return paint{top: c, bottom: c} }
 	if bi.State == kvcache.BlockFree {
 		return flat(FreeColor)
@@ -295,7 +289,7 @@ func blockPaint(bi *kvcache.BlockInfo, s *kvcache.Snapshot, v View, rank, victim
 		if !cached {
 			return flat(lerp(hotColor, coldColor, t))
 		}
-		if rank >= 0 && rank < victims {
+		if rank := bi.EvictRank; bi.Location == kvcache.Device && rank >= 0 && rank < victims {
 			return flat(lerp(VictimColor, VictimLastColor, float64(rank)/float64(max(1, victims-1))))
 		}
 		return flat(lerp(cachedHot, cachedCold, t))
@@ -337,38 +331,4 @@ func ageFraction(age, maxAge int64) float64 {
 		return 0
 	}
 	return math.Log1p(float64(age)) / math.Log1p(float64(maxAge))
-}
-
-// victimRanks orders the cached blocks as the eviction policy would take
-// them and returns each device block's place (0: next victim; -1: not
-// cached). LRU takes the least recently used first; LFU the least often hit,
-// then LRU; FIFO is approximated by LRU, since a snapshot does not say when
-// a block entered the cache. Ties go to the higher block id, which is
-// usually the later block of a chain (vLLM evicts a chain's tail first).
-func victimRanks(s *kvcache.Snapshot) []int {
-	rank := make([]int, len(s.Blocks))
-	var ids []int
-	for i := range s.Blocks {
-		rank[i] = -1
-		if s.Blocks[i].State == kvcache.BlockCached {
-			ids = append(ids, i)
-		}
-	}
-	slices.SortFunc(ids, func(a, b int) int {
-		x, y := &s.Blocks[a], &s.Blocks[b]
-		if s.Eviction == kvcache.LFU && x.Hits != y.Hits {
-			return x.Hits - y.Hits
-		}
-		if x.LastAccess != y.LastAccess {
-			if x.LastAccess < y.LastAccess {
-				return -1
-			}
-			return 1
-		}
-		return b - a
-	})
-	for r, id := range ids {
-		rank[id] = r
-	}
-	return rank
 }

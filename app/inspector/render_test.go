@@ -329,30 +329,6 @@ func TestNewGrid(t *testing.T) {
 	}
 }
 
-func TestVictimRanksLFU(t *testing.T) {
-	s := &kvcache.Snapshot{Step: 10, BlockSize: 4, Eviction: kvcache.LFU, Blocks: []kvcache.BlockInfo{
-		{ID: 0, State: kvcache.BlockCached, Hits: 3, LastAccess: 1},
-		{ID: 1, State: kvcache.BlockCached, Hits: 0, LastAccess: 9},
-		{ID: 2, State: kvcache.BlockUsed, Ref: 1, LastAccess: 0},
-		{ID: 3, State: kvcache.BlockCached, Hits: 0, LastAccess: 5},
-	}}
-	got := victimRanks(s)
-	want := []int{2, 1, -1, 0}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("LFU ranks %v, want %v", got, want)
-		}
-	}
-	s.Eviction = kvcache.LRU
-	got = victimRanks(s)
-	want = []int{0, 2, -1, 1}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("LRU ranks %v, want %v", got, want)
-		}
-	}
-}
-
 func TestParseMode(t *testing.T) {
 	for _, m := range Modes() {
 		got, err := ParseMode(m.String())

@@ -223,6 +223,16 @@ func TestEvictionOrder(t *testing.T) {
 			if x := m.Metrics(); x.CachedBlocks != 4 || x.FreeBlocks != 2 {
 				t.Fatalf("%d cached, %d free; want 4 and 2", x.CachedBlocks, x.FreeBlocks)
 			}
+			// The snapshot's ranks predict the order.
+			predicted := make([]string, 4)
+			for _, b := range m.Snapshot().Blocks {
+				if b.EvictRank >= 0 {
+					predicted[b.EvictRank] = names[b.ID]
+				}
+			}
+			if !slices.Equal(predicted, tt.want) {
+				t.Errorf("snapshot ranks predict %v, want %v", predicted, tt.want)
+			}
 			_, cursor, _ := m.Events().Since(0, 0)
 			var got []string
 			for i := range 6 { // two free blocks, then four evictions

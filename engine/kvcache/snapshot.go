@@ -57,6 +57,9 @@ type BlockInfo struct {
 	Hash       BlockHash  // when Hashed
 	LastAccess int64      // step of the last allocation, hit, write or release
 	Hits       int        // prefix-cache reuses since it was filled
+	// EvictRank is a cached block's place in the eviction order under the
+	// policy in force (0: the next victim); -1 for blocks not cached.
+	EvictRank int
 }
 
 // SeqInfo is one sequence at snapshot time.
@@ -195,7 +198,7 @@ func (m *Manager) Snapshot() *Snapshot {
 		bi := BlockInfo{
 			ID: id, Location: Device, Owners: slices.Clone(b.owners), Ref: b.ref, Filled: b.filled,
 			KPrecision: m.cfg.KPrecision, VPrecision: m.cfg.VPrecision,
-			Hashed: b.hashed, Hash: b.hash, LastAccess: b.lastAccess, Hits: b.hits,
+			Hashed: b.hashed, Hash: b.hash, LastAccess: b.lastAccess, Hits: b.hits, EvictRank: -1,
 		}
 		switch {
 		case b.ref > 0:
@@ -205,9 +208,19 @@ func (m *Manager) Snapshot() *Snapshot {
 		}
 		snap.Blocks[id] = bi
 	}
+	cached := slices.Clone(p.evictable.ids)
+	slices.SortFunc(cached, func(a, b int) int {
+		if p.evictLess(a, b) {
+			return -1
+		}
+		return 1
+	})
+	for r, id := range cached {
+		snap.Blocks[id].EvictRank = r
+	}
 	for id, hb := range m.host {
 		snap.Host = append(snap.Host, BlockInfo{
-			ID: id, Location: Host, State: BlockUsed, Owners: []SeqID{hb.seq}, Ref: 1, Filled: hb.filled,
+			ID: id, Location: Host, State: BlockUsed, Owners: []SeqID{hb.seq}, Ref: 1, Filled: hb.filled, EvictRank: -1,
 			KPrecision: m.cfg.KPrecision, VPrecision: m.cfg.VPrecision,
 			Hashed: hb.hashed, Hash: hb.hash, LastAccess: hb.since,
 		})
