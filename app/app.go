@@ -40,6 +40,10 @@ const LiveEvery = 40 * time.Millisecond
 // until the window is closed. With the environment variable ScreenshotEnv
 // set it runs a short scripted session, saves a screenshot there and exits.
 func Run(modelPath string) {
+	if err := checkDisplay(); err != nil {
+		fmt.Fprintln(os.Stderr, "kvscope:", err)
+		os.Exit(1)
+	}
 	fa := fyneapp.NewWithID(ID)
 	w := fa.NewWindow("kvscope")
 	w.Resize(fyne.NewSize(1280, 800))
