@@ -305,3 +305,25 @@ func TestSharedPromptAndSmallBudgetPresets(t *testing.T) {
 	uithread.WaitFor(t, Presets[3].Name, func() bool { return preempted.MatchString(a.teach.lesson.Text) })
 	uithread.Locked(a.teach.stopAll)
 }
+
+// TestOpeningABrokenModelSaysWhy: a malformed file is refused with the
+// reader's reason and the model in use stays.
+func TestOpeningABrokenModelSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := newApp(t, dir)
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	before := a.Engine()
+	broken := filepath.Join(dir, "broken.gguf")
+	if err := os.WriteFile(broken, []byte("GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := a.OpenModel(broken)
+	if err == nil || !strings.Contains(err.Error(), "malformed GGUF") {
+		t.Fatalf("opening a broken file: %v", err)
+	}
+	if a.Engine() != before {
+		t.Error("a failed open replaced the model in use")
+	}
+}
