@@ -39,6 +39,7 @@ type Engine struct {
 	mgr         *kvcache.Manager
 	sch         *sched.Scheduler
 	seqs        map[kvcache.SeqID]*seqState
+	gone        map[kvcache.SeqID]*seqState // finished since the last event flush
 	reqs        map[uint64]*reqState
 	nextSeq     kvcache.SeqID
 	nextReq     uint64
@@ -49,6 +50,9 @@ type Engine struct {
 	lastSnap    time.Time
 	tps         rateMeter
 	steps       int64
+	// abandonAfter is how long a cancelled request's stream waits for a
+	// reader (see newStream).
+	abandonAfter time.Duration
 }
 
 // New starts an engine for a loaded model and its tokenizer. Close stops it.
@@ -60,7 +64,10 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) 
 		done:   make(chan struct{}),
 		events: ring.New(8192, func(ev *Event, id uint64) { ev.ID = id }),
 		seqs:   map[kvcache.SeqID]*seqState{},
-		reqs:   map[uint64]*reqState{},
+		gone:   map[kvcache.SeqID]*seqState{},
+
+		abandonAfter: abandonAfter,
+		reqs:         map[uint64]*reqState{},
 	}
 	if err := e.validate(cfg); err != nil {
 		return nil, err
@@ -140,7 +147,13 @@ func (e *Engine) call(f func() error) error {
 	case err := <-res:
 		return err
 	case <-e.done:
-		return ErrClosed
+		// The engine may have run f just before closing.
+		select {
+		case err := <-res:
+			return err
+		default:
+			return ErrClosed
+		}
 	}
 }
 
@@ -185,6 +198,7 @@ func (e *Engine) loop() {
 		for _, f := range cmds {
 			f()
 		}
+		e.flushCacheEvents() // what the commands did (a cancellation's frees)
 		if closed {
 			e.cancelAll()
 			e.publish()
@@ -200,7 +214,12 @@ func (e *Engine) loop() {
 			select {
 			case <-time.After(e.delay):
 			case <-e.wake:
-				e.wake <- struct{}{} // keep it for the top of the loop
+				// Keep the wake-up for the top of the loop (unless a
+				// command already left another one).
+				select {
+				case e.wake <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}
@@ -242,7 +261,7 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 		}
 		e.nextReq++
 		rs.id = e.nextReq
-		rs.stream, _ = newStream(rs.id)
+		rs.stream = newStream(rs.id, ctx, e.abandonAfter)
 		e.reqs[rs.id] = rs
 		e.startSample(rs, 0, nil)
 		e.event(Event{Kind: "submit", Request: rs.id, Seq: rs.samples[0].q.ID, Tokens: len(ids),
@@ -276,6 +295,8 @@ func (e *Engine) checkFits(rs *reqState) error {
 	}
 	need := e.mgr.BlocksFor(min(len(rs.prompt)+1, ctx))
 	if e.cfg.Cache.Allocator == kvcache.Contiguous {
+		// A sample reserves its whole length; parallel samples wait for
+		// room if they cannot all be reserved at once.
 		need = e.mgr.BlocksFor(e.maxLen(rs))
 	}
 	if need > e.mgr.NumBlocks() {
@@ -391,11 +412,15 @@ func (e *Engine) Reconfigure(c Config) error {
 			c.Cache.Allocator != old.Cache.Allocator || c.Context != old.Context ||
 			(c.Cache.Budget == 0 && c.Sched.MaxSeqs != old.Sched.MaxSeqs)
 		if rebuild {
+			if err := e.fitsLive(c); err != nil {
+				return err
+			}
 			e.flushCacheEvents()
 			w, r, s := e.sch.Counts()
 			if err := e.sch.Drain(); err != nil {
 				return err
 			}
+			e.flushCacheEvents() // the drain's frees, before the manager goes
 			if err := e.build(c); err != nil {
 				// The old pool is gone from the scheduler's view; rebuild it.
 				if err2 := e.build(old); err2 != nil {
@@ -425,6 +450,30 @@ func (e *Engine) Reconfigure(c Config) error {
 		e.publish()
 		return nil
 	})
+}
+
+// fitsLive refuses a pool too small for a live sequence: after the
+// rebuild it could never run again.
+func (e *Engine) fitsLive(c Config) error {
+	sc, _, err := e.storeConfig(c.Cache, e.context(c), c.Sched.MaxSeqs)
+	if err != nil {
+		return err
+	}
+	for _, s := range e.seqs {
+		n := len(s.q.Tokens) + 1
+		if c.Cache.Allocator == kvcache.Contiguous {
+			reserve := e.context(c)
+			if s.r.req.MaxTokens > 0 {
+				reserve = min(reserve, len(s.r.prompt)+s.r.req.MaxTokens)
+			}
+			n = max(n, reserve)
+		}
+		if need := (n + sc.BlockSize - 1) / sc.BlockSize; need > sc.Blocks {
+			return fmt.Errorf("the new cache would hold %d blocks of %d tokens, but %s needs %d: stop it or choose a larger budget",
+				sc.Blocks, sc.BlockSize, s.r.name(), need)
+		}
+	}
+	return nil
 }
 
 // requeueOpts refreshes every live sequence's cache options after the

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"kvscope/engine/kvcache"
 	"kvscope/engine/sample"
@@ -85,12 +87,19 @@ type Stream struct {
 	wake   chan struct{}
 }
 
-func newStream(id uint64) (*Stream, chan Chunk) {
+// newStream starts a stream's forwarding goroutine. Once ctx is cancelled,
+// the stream waits at most abandon for its reader to take each chunk before
+// it decides the reader has left and drops the rest, so that an abandoned
+// stream does not keep a goroutine for ever.
+func newStream(id uint64, ctx context.Context, abandon time.Duration) *Stream {
 	c := make(chan Chunk)
 	s := &Stream{ID: id, C: c, wake: make(chan struct{}, 1)}
-	go s.forward(c)
-	return s, c
+	go s.forward(c, ctx.Done(), abandon)
+	return s
 }
+
+// abandonAfter is the default wait for a cancelled stream's reader.
+const abandonAfter = 5 * time.Second
 
 // push queues a chunk; it never blocks.
 func (s *Stream) push(c Chunk) {
@@ -114,14 +123,26 @@ func (s *Stream) close() {
 	}
 }
 
-func (s *Stream) forward(c chan<- Chunk) {
+func (s *Stream) forward(c chan<- Chunk, cancelled <-chan struct{}, abandon time.Duration) {
+	abandoned := false
 	for {
 		s.mu.Lock()
 		q, closed := s.queue, s.closed
 		s.queue = nil
 		s.mu.Unlock()
 		for _, ch := range q {
-			c <- ch
+			if abandoned {
+				continue
+			}
+			select {
+			case c <- ch:
+			case <-cancelled:
+				select {
+				case c <- ch:
+				case <-time.After(abandon):
+					abandoned = true
+				}
+			}
 		}
 		if closed && len(q) == 0 {
 			close(c)

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -102,9 +104,10 @@ func (e *Engine) event(ev Event) {
 func (e *Engine) flushCacheEvents(rep ...*StepReport) {
 	evs, next, _ := e.mgr.Events().Since(e.cacheCursor, 0)
 	e.cacheCursor = next
+	defer clear(e.gone)
 	for _, ce := range evs {
 		ev := Event{Time: time.Now(), Step: ce.Step, Kind: ce.Kind.String(), Seq: ce.Seq, Blocks: ce.Blocks, Tokens: ce.Tokens, Bytes: ce.Bytes, Text: e.describe(ce)}
-		if s, ok := e.seqs[ce.Seq]; ok {
+		if s := e.seqState(ce.Seq); s != nil {
 			ev.Request = s.r.id
 		}
 		e.events.Push(ev)
@@ -127,10 +130,18 @@ func (e *Engine) flushCacheEvents(rep ...*StepReport) {
 	}
 }
 
+// seqState finds a live or just-finished sequence.
+func (e *Engine) seqState(id kvcache.SeqID) *seqState {
+	if s, ok := e.seqs[id]; ok {
+		return s
+	}
+	return e.gone[id]
+}
+
 // describe turns a cache event into a readable line naming the request.
 func (e *Engine) describe(ce kvcache.Event) string {
 	who := fmt.Sprintf("sequence %d", ce.Seq)
-	if s, ok := e.seqs[ce.Seq]; ok {
+	if s := e.seqState(ce.Seq); s != nil {
 		who = s.r.name()
 		if s.r.req.N > 1 {
 			who += fmt.Sprintf(" sample %d", s.index)
@@ -199,11 +210,8 @@ func (e *Engine) publish() {
 	w, r, s := e.sch.Counts()
 	snap := &Snapshot{Taken: e.lastSnap, Step: e.mgr.Step(), Config: e.cfg, Context: e.context(e.cfg), Cache: e.mgr.Snapshot(),
 		Waiting: w, Running: r, Swapped: s, Paused: e.paused, Last: e.last, DecodeTPS: e.tps.rate()}
-	for id := uint64(1); id <= e.nextReq; id++ { // in id order
-		rs, ok := e.reqs[id]
-		if !ok {
-			continue
-		}
+	for _, id := range slices.Sorted(maps.Keys(e.reqs)) {
+		rs := e.reqs[id]
 		ri := RequestInfo{ID: rs.id, Label: rs.req.Label, PromptTokens: len(rs.prompt), CachedTokens: rs.cached, MaxTokens: rs.req.MaxTokens}
 		for _, sm := range rs.samples {
 			if sm.done {

@@ -51,9 +51,12 @@ type seqState struct {
 	generated int
 	computed  int    // rows computed for it
 	pending   string // decoded text held back while it may start a stop string
-	admitted  bool
-	first     time.Time // first generated token
-	done      bool
+	// stopString is set when a stop string ended the sample: the text
+	// after it is dropped.
+	stopString bool
+	admitted   bool
+	first      time.Time // first generated token
+	done       bool
 }
 
 // startSample creates sample i of rs: a new sequence for sample 0, or a fork
@@ -74,10 +77,9 @@ func (e *Engine) startSample(rs *reqState, i int, parent *seqState) *seqState {
 		s.history = append([]int(nil), rs.prompt...)
 		e.sch.Add(s.q)
 	} else {
+		// The caller forks the parent's blocks or queues the sample.
 		s.q.Tokens = append([]int32(nil), parent.q.Tokens...)
 		s.history = append([]int(nil), parent.history...)
-		s.admitted = true
-		e.sch.AddRunning(s.q)
 	}
 	rs.samples = append(rs.samples, s)
 	rs.live++
@@ -193,12 +195,19 @@ func (e *Engine) sampleNext(s *seqState, logits []float32) {
 	if s.index == 0 && s.generated == 0 && len(rs.samples) < rs.req.N {
 		for i := len(rs.samples); i < rs.req.N; i++ {
 			c := e.startSample(rs, i, s)
-			if err := e.mgr.Fork(s.q.ID, c.q.ID); err != nil {
-				e.sch.Remove(c.q)
+			err := e.mgr.Fork(s.q.ID, c.q.ID)
+			switch {
+			case err == nil:
+				c.admitted = true
+				e.sch.AddRunning(c.q)
+				e.sampleNext(c, logits)
+			case errors.Is(err, kvcache.ErrNoSpace):
+				// No room to share or copy the prompt now (contiguous
+				// mode): the sample waits and computes it when admitted.
+				e.sch.Add(c.q)
+			default:
 				e.finish(c, FinishError, fmt.Errorf("parallel sample %d: %w", i, err))
-				continue
 			}
-			e.sampleNext(c, logits)
 		}
 	}
 	tok := s.sampler.Sample(logits, s.history)
@@ -230,12 +239,17 @@ func (s *seqState) cutStop(piece string, stops []string) (text string, stopped b
 		return piece, false
 	}
 	s.pending += piece
+	first := -1 // the earliest stop string in the text wins
 	for _, st := range stops {
-		if i := strings.Index(s.pending, st); i >= 0 {
-			text = s.pending[:i]
-			s.pending = ""
-			return text, true
+		if i := strings.Index(s.pending, st); i >= 0 && (first < 0 || i < first) {
+			first = i
 		}
+	}
+	if first >= 0 {
+		text = s.pending[:first]
+		s.pending = ""
+		s.stopString = true
+		return text, true
 	}
 	// Hold back the longest tail that is a prefix of a stop string.
 	hold := 0
@@ -264,11 +278,10 @@ func (e *Engine) finish(s *seqState, reason FinishReason, err error) {
 		}
 	}
 	delete(e.seqs, s.q.ID)
+	e.gone[s.q.ID] = s // its last cache events still name it
 	rs := s.r
-	if reason != FinishStop || len(rs.req.Stop) == 0 || s.pending != "" {
-		if tail := s.pending + s.dec.Flush(); tail != "" && reason != FinishStop {
-			rs.stream.push(Chunk{Sample: s.index, Token: -1, Text: tail})
-		}
+	if tail := s.pending + s.dec.Flush(); tail != "" && !s.stopString {
+		rs.stream.push(Chunk{Sample: s.index, Token: -1, Text: tail})
 	}
 	rs.stream.push(Chunk{Sample: s.index, Token: -1, Done: true, Reason: reason, Err: err,
 		PromptTokens: len(rs.prompt), CachedTokens: rs.cached, Generated: s.generated, Computed: s.computed})

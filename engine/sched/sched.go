@@ -259,12 +259,29 @@ func (s *Scheduler) victim() *Seq {
 
 // preempt takes q's blocks back by the configured mode.
 func (s *Scheduler) preempt(q *Seq, p *Plan) error {
-	r, err := s.m.Preempt(q.ID, s.cfg.Preempt)
+	mode := s.cfg.Preempt
+	if slices.ContainsFunc(p.Shifts, func(sh Shift) bool { return sh.Seq == q }) {
+		// Its kept keys have not been re-positioned yet: swapping them out
+		// would keep them at their old positions. Recompute instead.
+		mode = kvcache.Recompute
+		p.Shifts = slices.DeleteFunc(p.Shifts, func(sh Shift) bool { return sh.Seq == q })
+	}
+	r, err := s.m.Preempt(q.ID, mode)
 	if err != nil {
 		return err
 	}
 	s.running = slices.DeleteFunc(s.running, func(x *Seq) bool { return x == q })
-	p.Work = slices.DeleteFunc(p.Work, func(w Work) bool { return w.Seq == q })
+	p.Work = slices.DeleteFunc(p.Work, func(w Work) bool {
+		if w.Seq != q {
+			return false
+		}
+		if w.Prefill {
+			p.Prefill -= w.End - w.Start
+		} else {
+			p.Decode--
+		}
+		return true
+	})
 	q.Preemptions++
 	p.Preempted = append(p.Preempted, q)
 	if r.Mode == kvcache.Swap {
@@ -411,6 +428,20 @@ func (s *Scheduler) grow(q *Seq, p *Plan) (bool, error) {
 		}
 		if !errors.Is(err, kvcache.ErrNoSpace) {
 			return false, err
+		}
+		if len(s.running) == 1 {
+			// Alone and still out of room: the whole cache is too small
+			// for it. Preempting it would only bring it back to the same
+			// place (a swap would loop forever).
+			why := fmt.Errorf("the sequence has %d tokens and needs %d blocks of %d tokens for its next one; the whole cache has %d (raise the cache budget)",
+				s.m.Len(q.ID), s.m.BlocksFor(len(q.Tokens)), s.m.BlockSize(), s.m.NumBlocks())
+			s.running = s.running[:0]
+			if ferr := s.m.Free(q.ID); ferr != nil {
+				return false, ferr
+			}
+			q.State = Finished
+			p.Failed = append(p.Failed, Failure{q, why})
+			return false, nil
 		}
 		v := s.victim()
 		if err := s.preempt(v, p); err != nil {

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"kvscope/engine/kvstore"
 	"testing"
 
 	"kvscope/engine/kvcache"
@@ -144,5 +145,63 @@ func TestConfigValidate(t *testing.T) {
 		if c.Validate() == nil {
 			t.Errorf("%+v accepted", c)
 		}
+	}
+}
+
+// TestShiftedVictimIsRecomputed: a sequence whose rolling window shifted in
+// this plan, and which is then preempted before the engine re-positions its
+// kept keys, must not be swapped out with keys at their old positions: it
+// is preempted by recompute and its shift dropped.
+func TestShiftedVictimIsRecomputed(t *testing.T) {
+	sc := kvstore.Config{Layers: 1, KVHeads: 1, HeadDim: 4, BlockSize: 4, Blocks: 5, K: kvstore.F16, V: kvstore.F16}
+	st, err := kvstore.New(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb := kvstore.BlockBytes(sc)
+	m, err := kvcache.New(kvcache.Config{BlockSize: 4, BlockBytes: bb, Budget: int64(5 * bb), HostBudget: int64(1000 * bb)}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := New(Config{MaxSeqs: 4, StepTokens: 100, Preempt: kvcache.Swap}, m)
+	a := seq(1, 8)
+	s.Add(a)
+	p, _ := s.Schedule()
+	run(t, s, p)
+	var pp Plan
+	if err := s.preempt(a, &pp); err != nil || a.State != Swapped {
+		t.Fatalf("setup: swapping a out: %v, %s", err, a.State)
+	}
+	roll := kvcache.RollingWindow
+	d := seq(2, 12)
+	d.Opts = kvcache.SeqOptions{MaxLen: 12, Overflow: &roll, Sinks: 4}
+	s.Add(d)
+	s.swapped = nil // admit d although a is swapped out (a fork could do this)
+	p, err = s.Schedule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.swapped = []*Seq{a}
+	run(t, s, p)
+	p, err = s.Schedule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Preempted) != 1 || p.Preempted[0] != d || d.State != Waiting {
+		t.Fatalf("preempted %v, d is %s; want d preempted by recompute", p.Preempted, d.State)
+	}
+	for _, sh := range p.Shifts {
+		if sh.Seq.State == Swapped {
+			t.Fatalf("sequence %d was shifted and swapped out in one plan", sh.Seq.ID)
+		}
+	}
+	decode := 0
+	for _, w := range p.Work {
+		if !w.Prefill {
+			decode++
+		}
+	}
+	if decode != p.Decode {
+		t.Errorf("plan counts %d decode tokens, its work has %d", p.Decode, decode)
 	}
 }
