@@ -157,3 +157,107 @@ func TestReconfigureDuringGeneration(t *testing.T) {
 	}
 	checkNoLeak(t, e)
 }
+
+// TestStressHarsh drives the corners together under -race: a tight pool,
+// swap preemption, a 64-token context with every overflow policy, n up to
+// 4, NoCache, priorities, stop strings, cancellations and reconfiguration.
+// No request may hang or fail, every sample ends once, nothing leaks.
+func TestStressHarsh(t *testing.T) {
+	m, tok := stories(t)
+	cfg := DefaultConfig()
+	cfg.Cache.BlockSize = 8
+	cfg.Cache.Preempt = kvcache.Swap
+	cfg.Cache.HostBudget = 1 << 24
+	cfg.Context = 64
+	cfg.Sched.MaxSeqs = 4
+	cfg.Sched.StepTokens = 24
+	cfg.Cache.Budget = 14 * int64(kvstore.BlockBytes(m.CacheConfig(8, 1, kvstore.F16, kvstore.F16)))
+	e := newEngine(t, m, tok, cfg)
+	rounds := 12
+	if testing.Short() {
+		rounds = 4
+	}
+	pols := []kvcache.OverflowPolicy{kvcache.Stop, kvcache.RollingWindow, kvcache.TruncateMiddle}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 11))
+			for i := range rounds {
+				ctx, cancel := context.WithCancel(context.Background())
+				sp := sample.DefaultParams()
+				sp.Seed = uint64(i)
+				pol := pols[rng.IntN(3)]
+				r := Request{Prompt: prompts[rng.IntN(len(prompts))].text, MaxTokens: 1 + rng.IntN(120), N: 1 + rng.IntN(4), Sampling: &sp, Overflow: &pol, IgnoreEOS: rng.IntN(2) == 0, NoCache: rng.IntN(8) == 0, Priority: rng.IntN(3)}
+				if rng.IntN(4) == 0 {
+					r.Stop = []string{"."}
+				}
+				s, err := e.Submit(ctx, r)
+				if err != nil {
+					t.Error(err)
+					cancel()
+					continue
+				}
+				if rng.IntN(3) == 0 {
+					d := time.Duration(rng.IntN(20000)) * time.Microsecond
+					go func() { time.Sleep(d); cancel() }()
+				}
+				done := map[int]int{}
+				timeout := time.After(30 * time.Second)
+			loop:
+				for {
+					select {
+					case c, ok := <-s.C:
+						if !ok {
+							break loop
+						}
+						if c.Done {
+							done[c.Sample]++
+							if c.Reason == FinishError {
+								t.Errorf("request failed: %v", c.Err)
+							}
+						}
+					case <-timeout:
+						t.Errorf("request %d hung; snapshot %+v", s.ID, e.Snapshot().Requests)
+						cancel()
+						return
+					}
+				}
+				if len(done) != r.N {
+					t.Errorf("%d of %d samples ended", len(done), r.N)
+				}
+				for i, n := range done {
+					if n != 1 {
+						t.Errorf("sample %d ended %d times", i, n)
+					}
+				}
+				cancel()
+				if err := e.call(func() error { return e.mgr.Check() }); err != nil {
+					t.Errorf("check: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(5, 1))
+		for range 8 {
+			time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
+			c := e.Config()
+			c.Cache.BlockSize = []int{8, 16}[rng.IntN(2)]
+			c.Cache.K = []kvstore.Precision{kvstore.F16, kvstore.Q8_0}[rng.IntN(2)]
+			c.Cache.Preempt = kvcache.PreemptMode(rng.IntN(2))
+			c.Sched.Policy = 0
+			if rng.IntN(2) == 0 {
+				c.Sched.Policy = 1
+			}
+			if err := e.Reconfigure(c); err != nil && !strings.Contains(err.Error(), "stop it or choose a larger budget") {
+				t.Errorf("reconfigure: %v", err)
+			}
+		}
+	}()
+	wg.Wait()
+	checkNoLeak(t, e)
+}
