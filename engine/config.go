@@ -45,6 +45,12 @@ type Config struct {
 // AutoBudgetCap bounds the automatic cache budget.
 const AutoBudgetCap = 2 << 30
 
+// MaxBlocks bounds the pool: every step's snapshot describes each block,
+// and the inspector draws each one, so a pool of millions of one-token
+// blocks would slow everything down for nothing. An automatic budget is cut
+// to it; an explicit one that exceeds it is refused.
+const MaxBlocks = 1 << 16
+
 // DefaultConfig returns the defaults: f16 K/V in 16-token blocks, LRU
 // eviction, recompute preemption, the paged allocator, stop at the context
 // limit, 8 concurrent sequences, 512 tokens a step.
@@ -76,6 +82,13 @@ func PoolConfig(m *model.Model, c CacheConfig, ctx, maxSeqs int) (kvstore.Config
 	n, err := kvcache.NumBlocksFor(avail, bb)
 	if err != nil || n < 1 {
 		return sc, 0, fmt.Errorf("a cache budget of %d bytes holds no block: one block of %d tokens takes %d bytes at K %s / V %s", budget, c.BlockSize, bb, c.K, c.V)
+	}
+	if n > MaxBlocks {
+		if c.Budget != 0 {
+			return sc, 0, fmt.Errorf("a cache budget of %d bytes makes %d blocks of %d tokens; kvscope manages at most %d blocks (choose a larger block size or a smaller budget)", budget, n, c.BlockSize, MaxBlocks)
+		}
+		n = MaxBlocks
+		budget = int64(n)*int64(bb) + residual
 	}
 	sc.Blocks = n
 	return sc, budget, nil

@@ -290,3 +290,26 @@ func TestAbandonedStreamsEnd(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A budget that would make more than MaxBlocks blocks is refused with the
+// reason; an automatic one is cut to MaxBlocks.
+func TestPoolSizeIsBounded(t *testing.T) {
+	m, tok := stories(t)
+	cfg := DefaultConfig()
+	cfg.Cache.BlockSize = 1
+	cfg.Cache.Budget = 1 << 30
+	if _, err := New(m, tok, cfg); err == nil || !strings.Contains(err.Error(), "at most 65536 blocks") {
+		t.Errorf("a 1 GiB pool of 1-token blocks: %v", err)
+	}
+	e := newEngine(t, m, tok, DefaultConfig())
+	c := e.Config()
+	c.Cache.BlockSize = 1
+	c.Cache.Budget = 1 << 30
+	if err := e.Reconfigure(c); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("Reconfigure to a 1 GiB pool of 1-token blocks: %v", err)
+	}
+	sc, _, err := PoolConfig(m, CacheConfig{BlockSize: 1, K: kvstore.F16, V: kvstore.F16}, 1<<20, 64)
+	if err != nil || sc.Blocks != MaxBlocks {
+		t.Errorf("automatic budget: %d blocks, %v; want %d", sc.Blocks, err, MaxBlocks)
+	}
+}
