@@ -286,51 +286,61 @@ func (a *App) openAsync(path string) {
 		name = "the demo model"
 	}
 	a.setStatus("Loading " + name + "…")
+	cfg := a.cacheConfig() // read here: the settings belong to the UI goroutine
 	go func() {
-		l, e, err := a.load(path)
+		l, e, problems, err := load(path, cfg)
 		uithread.Do(func() {
 			if err != nil {
 				a.setStatus(err.Error())
 				dialog.ShowError(err, a.win)
 				return
 			}
-			a.use(l, e)
+			a.use(l, e, problems)
 		})
 	}()
 }
 
-// load opens a model and starts an engine on it with the saved settings.
-func (a *App) load(path string) (*loaded, *engine.Engine, error) {
-	l, err := loadModel(path)
+// load opens a model and starts an engine on it with cfg, the saved
+// settings. It runs off the UI goroutine and touches nothing of the App:
+// what the user should hear about (settings this model cannot take) comes
+// back in problems, for use to show.
+func load(path string, cfg engine.Config) (l *loaded, e *engine.Engine, problems []string, err error) {
+	l, err = loadModel(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	cfg := a.cacheConfig()
-	e, err := engine.New(l.m, l.tok, cfg)
+	e, err = engine.New(l.m, l.tok, cfg)
 	if err != nil {
 		// Saved settings this model cannot take: fall back to the defaults.
 		e2, err2 := engine.New(l.m, l.tok, engine.DefaultConfig())
 		if err2 != nil {
 			l.close()
-			return nil, nil, fmt.Errorf("cannot start the engine on %s: %w", l.name, err)
+			return nil, nil, nil, fmt.Errorf("cannot start the engine on %s: %w", l.name, err)
 		}
-		a.problems = append(a.problems, fmt.Sprintf("The saved cache settings do not suit %s (%v); the defaults are in use.", l.name, err))
+		problems = append(problems, fmt.Sprintf("The saved cache settings do not suit %s (%v); the defaults are in use.", l.name, err))
 		e = e2
 	}
-	return l, e, nil
+	return l, e, problems, nil
 }
 
 // OpenModel loads a model (a GGUF path, or DemoModel) on the calling
 // goroutine, which must not be the UI goroutine, and switches the window to
 // it. The UI uses openAsync; tests and scripts this.
 func (a *App) OpenModel(path string) error {
-	l, e, err := a.load(path)
+	var cfg engine.Config
+	got := make(chan struct{})
+	uithread.Do(func() {
+		cfg = a.cacheConfig()
+		close(got)
+	})
+	<-got
+	l, e, problems, err := load(path, cfg)
 	if err != nil {
 		return err
 	}
 	done := make(chan struct{})
 	uithread.Do(func() {
-		a.use(l, e)
+		a.use(l, e, problems)
 		close(done)
 	})
 	<-done
@@ -343,9 +353,15 @@ func (a *App) cacheConfig() engine.Config {
 	return cfg
 }
 
-// use switches the window to a loaded model and its engine (UI goroutine).
-func (a *App) use(l *loaded, e *engine.Engine) {
+// use switches the window to a loaded model and its engine (UI goroutine),
+// telling the user the load's problems. The slow-motion slider's delay
+// carries over to the new engine, so the slider never shows a delay that
+// is not in force.
+func (a *App) use(l *loaded, e *engine.Engine, problems []string) {
 	a.teach.stopAll()
+	a.teach.forgetSaved() // the new engine runs on the saved settings
+	a.problems = append(a.problems, problems...)
+	a.teach.applyDelay(e)
 	a.mu.Lock()
 	oldE, oldM := a.eng, a.mdl
 	a.eng, a.mdl = e, l
@@ -360,6 +376,8 @@ func (a *App) use(l *loaded, e *engine.Engine) {
 	a.live = make(chan struct{})
 	a.cursor = 0
 	a.lastSeq = nil
+	clear(a.names)
+	clear(a.groups)
 	a.insp.Log.Clear()
 	a.insp.History.Clear()
 	go a.liveLoop(e, a.live)
@@ -471,11 +489,37 @@ func (a *App) showLive(s *engine.Snapshot, evs []engine.Event, dropped uint64) {
 		}
 		lines = append(lines, ev.String())
 	}
+	a.pruneNames(s)
 	a.insp.ShowLines(s.Cache, lines, dropped, s.DecodeTPS)
 	a.lastSeq = s
 	a.chat.Observe(s)
 	a.teach.observe(s)
 	a.controls.showPool(s)
+}
+
+// pruneNames forgets the names and owner colours of sequences that are no
+// longer in the cache or in a request, so the maps stay as small as what
+// the inspector shows.
+func (a *App) pruneNames(s *engine.Snapshot) {
+	live := make(map[kvcache.SeqID]bool, len(s.Cache.Seqs))
+	for _, q := range s.Cache.Seqs {
+		live[q.ID] = true
+	}
+	for _, r := range s.Requests {
+		for _, sm := range r.Samples {
+			live[sm.Seq] = true
+		}
+	}
+	for seq := range a.names {
+		if !live[seq] {
+			delete(a.names, seq)
+		}
+	}
+	for seq := range a.groups {
+		if !live[seq] {
+			delete(a.groups, seq)
+		}
+	}
 }
 
 // seqName names a sequence for the inspector.

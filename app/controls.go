@@ -234,13 +234,18 @@ func (c *controls) apply(change func(cfg *engine.Config)) {
 			c.epoch.Add(1)
 		}
 		close(done)
-		uithread.Do(func() { c.applied(e, err, done) })
+		uithread.Do(func() { c.applied(e, err, done, change) })
 	}()
 }
 
 // applied shows the outcome of a Reconfigure (UI goroutine). A refused
-// change drops the changes queued after it, which were built on it.
-func (c *controls) applied(e *engine.Engine, err error, done chan struct{}) {
+// change drops the changes queued after it, which were built on it. An
+// applied one is saved: while a lesson's settings are in force only change
+// itself is, on top of the saved settings (the rest of the engine's config
+// is the lesson's, not the user's), and the settings from before the
+// lesson, which Restore puts back, take it too; otherwise the engine's
+// whole config is the user's and is saved.
+func (c *controls) applied(e *engine.Engine, err error, done chan struct{}, change func(cfg *engine.Config)) {
 	if err != nil {
 		c.result.Importance = widget.DangerImportance
 		c.result.SetText("Refused: " + err.Error())
@@ -248,7 +253,18 @@ func (c *controls) applied(e *engine.Engine, err error, done chan struct{}) {
 	} else {
 		c.result.Importance = widget.SuccessImportance
 		c.result.SetText("Applied: " + describeConfig(e.Config()))
-		c.a.settings.Cache = cacheSettings(e.Config())
+		current := c.a.Engine() == e
+		lesson := c.a.teach != nil && c.a.teach.saved != nil
+		if current && !lesson {
+			c.a.settings.Cache = cacheSettings(e.Config())
+		} else {
+			cfg := c.a.cacheConfig()
+			change(&cfg)
+			c.a.settings.Cache = cacheSettings(cfg)
+			if current {
+				change(c.a.teach.saved)
+			}
+		}
 		c.a.saveSettings()
 	}
 	if done != c.last && err == nil {

@@ -63,6 +63,11 @@ type teacher struct {
 	lessonStop context.CancelFunc
 	lessonDone chan struct{}
 	paused     bool
+
+	// saved is the user's config from before the first lesson changed the
+	// engine (nil when no lesson has since): "Restore my cache settings"
+	// puts it back. The user's own changes meanwhile apply to it too.
+	saved *engine.Config
 }
 
 func newTeacher(a *App) *teacher {
@@ -76,11 +81,9 @@ func newTeacher(a *App) *teacher {
 	t.delay.Step = 25
 	t.delayLab = widget.NewLabel("full speed")
 	t.delay.OnChanged = func(v float64) { t.delayLab.SetText(delayText(v)) }
-	t.delay.OnChangeEnded = func(v float64) {
+	t.delay.OnChangeEnded = func(float64) {
 		if e := a.Engine(); e != nil {
-			if err := e.SetDelay(time.Duration(v) * time.Millisecond); err != nil {
-				t.say("Slow motion: " + err.Error())
-			}
+			t.applyDelay(e)
 		}
 	}
 	t.explain = widget.NewLabel("Pause the scheduler, then Step: each step says what it ran and why.")
@@ -148,6 +151,19 @@ func delayText(ms float64) string {
 		return "full speed"
 	}
 	return fmt.Sprintf("%.0f ms a step", ms)
+}
+
+// applyDelay puts the slow-motion slider's delay in force on e (UI
+// goroutine). If e refuses it, the slider goes back to full speed, which is
+// what e runs at, and says why.
+func (t *teacher) applyDelay(e *engine.Engine) {
+	d := time.Duration(t.delay.Value) * time.Millisecond
+	if err := e.SetDelay(d); err != nil {
+		t.delay.SetValue(0)
+		t.delayLab.SetText(delayText(0))
+		e.SetDelay(0)
+		t.say("Slow motion: " + err.Error())
+	}
 }
 
 // say shows a lesson line (UI goroutine).
@@ -255,12 +271,14 @@ func normalTokens(tok *tokenizer.Tokenizer) []int {
 }
 
 // startLoad starts users that each send requests of plen prompt tokens
-// and rlen generated tokens, one after another, until stopped.
+// and rlen generated tokens, one after another, until stopped. A load
+// already running is stopped first: there is one load at a time.
 func (t *teacher) startLoad(users, plen, rlen int) error {
 	e := t.a.Engine()
 	if e == nil {
 		return errNoModel
 	}
+	t.stopLoad()
 	ids := normalTokens(e.Tokenizer())
 	if len(ids) == 0 {
 		return fmt.Errorf("the model's vocabulary has no ordinary tokens to make prompts from")
@@ -346,6 +364,10 @@ func (t *teacher) runPreset(p Preset) {
 	if t.paused {
 		t.setPaused(false)
 	}
+	if t.saved == nil {
+		cfg := e.Config() // the user's settings, before any lesson's
+		t.saved = &cfg
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.lessonStop, t.lessonDone = cancel, done
@@ -371,19 +393,31 @@ func (t *teacher) stopLesson() {
 // stopAll ends everything teaching mode started.
 func (t *teacher) stopAll() { t.stopLesson() }
 
-// restore puts the controls' saved settings back into the engine.
+// forgetSaved drops the settings recorded before the first lesson: a new
+// engine starts on the saved settings, so there is nothing to restore.
+func (t *teacher) forgetSaved() { t.saved = nil }
+
+// restore puts the user's settings from before the first lesson back into
+// the engine (the saved settings when no lesson changed them).
 func (t *teacher) restore() {
 	e := t.a.Engine()
 	if e == nil {
 		return
 	}
 	cfg := t.a.cacheConfig()
+	saved := t.saved
+	if saved != nil {
+		cfg = *saved
+	}
 	go func() {
 		err := e.Reconfigure(cfg)
 		uithread.Do(func() {
 			if err != nil {
 				t.say("Restoring the settings failed: " + err.Error())
 				return
+			}
+			if t.saved == saved && t.a.Engine() == e {
+				t.saved = nil // restored; the next lesson records afresh
 			}
 			t.a.controls.show(e.Config(), e.Snapshot())
 			t.say("Your cache settings are back: " + describeConfig(e.Config()))
@@ -603,7 +637,13 @@ func (t *teacher) lessonSmall(ctx context.Context, e *engine.Engine) error {
 	t.setMode(inspector.ByRecency)
 	start := e.Snapshot().Cache.Metrics
 	errc := make(chan error, 1)
-	uithread.Do(func() { errc <- t.startLoad(users, plen, rlen) })
+	uithread.Do(func() {
+		if err := ctx.Err(); err != nil {
+			errc <- err // stopped while reconfiguring: start nothing
+			return
+		}
+		errc <- t.startLoad(users, plen, rlen)
+	})
 	if err := <-errc; err != nil {
 		return err
 	}
@@ -639,7 +679,16 @@ func (t *teacher) lessonContiguous(ctx context.Context, e *engine.Engine) error 
 			return result{}, err
 		}
 		errc := make(chan error, 1)
-		uithread.Do(func() { errc <- t.startLoad(users, plen, rlen) })
+		var g *loadGen // this phase's load
+		uithread.Do(func() {
+			if err := ctx.Err(); err != nil {
+				errc <- err // stopped while reconfiguring: start nothing
+				return
+			}
+			err := t.startLoad(users, plen, rlen)
+			g = t.load
+			errc <- err
+		})
 		if err := <-errc; err != nil {
 			return result{}, err
 		}
@@ -658,7 +707,11 @@ func (t *teacher) lessonContiguous(ctx context.Context, e *engine.Engine) error 
 				return r, err
 			}
 		}
-		uithread.Do(t.stopLoad)
+		uithread.Do(func() {
+			if t.load == g {
+				t.stopLoad() // not a load the user started meanwhile
+			}
+		})
 		r.frag = mean(fr)
 		return r, nil
 	}

@@ -12,6 +12,7 @@ import (
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/dialog"
 	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
 
@@ -38,16 +39,25 @@ type Pane struct {
 
 	st *store.Store // nil: nothing is saved
 
-	mu    sync.Mutex // guards data and dirty: the saver goroutine reads them
+	mu    sync.Mutex // guards data, edits and saved: the saver goroutine reads them
 	data  store.Conversations
-	dirty bool
+	edits uint64 // how many changes data has had
+	// saved is the edits count of the copy on disk. Writing it takes both
+	// saveMu and mu; reading it, either.
+	saved uint64
+	// saveMu makes each write to the store, with its check that no newer
+	// copy is on disk, one step: an older copy never replaces a newer one.
+	saveMu sync.Mutex
 
 	eng     *engine.Engine
 	context int              // the engine's context limit in tokens
 	runs    map[int64]*run   // conversation id → its generation
 	reqConv map[uint64]int64 // request id → conversation id
 	live    map[int64]int    // conversation id → context tokens now (from snapshots)
-	editing int              // index of the message being edited, or -1
+	// editing is the index of the message being edited, or -1. While it is
+	// set the composer holds that message, and the conversation's Draft
+	// keeps what was typed before; it comes back when the edit ends.
+	editing int
 
 	ids       []int64 // sidebar order: newest first
 	list      *widget.List
@@ -59,6 +69,7 @@ type Pane struct {
 	scroll    *container.Scroll
 	views     []*messageView
 	composer  *widget.Entry
+	delBtn    *widget.Button
 	sendBtn   *widget.Button
 	stopBtn   *widget.Button
 	editBar   *fyne.Container
@@ -147,8 +158,8 @@ func (p *Pane) build() {
 		p.edit(p.data.Selected, func(c *store.Conversation) { c.Title = s })
 		p.list.Refresh()
 	}
-	del := widget.NewButtonWithIcon("", theme.DeleteIcon(), func() { p.Delete(p.data.Selected) })
-	header := container.NewBorder(nil, nil, nil, del, p.title)
+	p.delBtn = widget.NewButtonWithIcon("", theme.DeleteIcon(), func() { p.confirmDelete(p.data.Selected) })
+	header := container.NewBorder(nil, nil, nil, p.delBtn, p.title)
 
 	p.note = widget.NewLabel("")
 	p.note.Wrapping = fyne.TextWrapWord
@@ -169,7 +180,9 @@ func (p *Pane) build() {
 	p.composer.SetMinRowsVisible(3)
 	p.composer.Wrapping = fyne.TextWrapWord
 	p.composer.OnChanged = func(s string) {
-		p.edit(p.data.Selected, func(c *store.Conversation) { c.Draft = s })
+		if p.editing < 0 { // while editing, the composer is not the draft
+			p.edit(p.data.Selected, func(c *store.Conversation) { c.Draft = s })
+		}
 	}
 	p.composer.OnSubmitted = func(string) { p.Send() }
 	p.sendBtn = widget.NewButtonWithIcon("Send", theme.MailSendIcon(), func() { p.Send() })
@@ -236,14 +249,14 @@ func (p *Pane) conv(id int64) *store.Conversation {
 	return nil
 }
 
-// edit changes conversation id under the lock and marks the data dirty.
+// edit changes conversation id under the lock and counts the change.
 func (p *Pane) edit(id int64, f func(c *store.Conversation)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c := p.conv(id); c != nil {
 		f(c)
 		c.Updated = time.Now()
-		p.dirty = true
+		p.edits++
 	}
 }
 
@@ -274,14 +287,63 @@ func (p *Pane) NewConversation() int64 {
 	p.data.NextID++
 	now := time.Now()
 	p.data.List = append(p.data.List, store.Conversation{ID: id, Title: "New chat", Sampling: store.DefaultSampling(), Created: now, Updated: now})
-	p.dirty = true
+	p.edits++
 	p.mu.Unlock()
 	p.refreshList()
 	p.Select(id)
 	return id
 }
 
-// Delete removes conversation id (stopping its reply), and shows another.
+// confirmDelete asks whether to delete conversation id, over the pane's
+// window, and deletes it if the user agrees. With no window to ask in it
+// deletes nothing.
+func (p *Pane) confirmDelete(id int64) {
+	c := p.conv(id)
+	if c == nil {
+		return
+	}
+	win := p.window()
+	if win == nil {
+		return
+	}
+	msg := fmt.Sprintf("Delete %q and its %d messages? This cannot be undone.", c.Title, len(c.Messages))
+	if p.runs[id] != nil {
+		msg = fmt.Sprintf("Delete %q and its %d messages? Its reply stops. This cannot be undone.", c.Title, len(c.Messages))
+	}
+	d := dialog.NewConfirm("Delete conversation", msg, func(yes bool) {
+		if yes {
+			p.Delete(id)
+		}
+	}, win)
+	d.SetConfirmText("Delete")
+	d.SetDismissText("Cancel")
+	d.SetConfirmImportance(widget.DangerImportance)
+	d.Show()
+}
+
+// window returns the window that shows the pane, else the app's first
+// window, or nil when there is none.
+func (p *Pane) window() fyne.Window {
+	a := fyne.CurrentApp()
+	if a == nil {
+		return nil
+	}
+	wins := a.Driver().AllWindows()
+	if cv := a.Driver().CanvasForObject(p); cv != nil {
+		for _, w := range wins {
+			if w.Canvas() == cv {
+				return w
+			}
+		}
+	}
+	if len(wins) > 0 {
+		return wins[0]
+	}
+	return nil
+}
+
+// Delete removes conversation id (stopping its reply), and shows another,
+// without asking: the delete button asks first.
 func (p *Pane) Delete(id int64) {
 	if r := p.runs[id]; r != nil {
 		r.cancel()
@@ -290,7 +352,7 @@ func (p *Pane) Delete(id int64) {
 	p.mu.Lock()
 	if i := p.find(id); i >= 0 {
 		p.data.List = slices.Delete(p.data.List, i, i+1)
-		p.dirty = true
+		p.edits++
 	}
 	empty := len(p.data.List) == 0
 	p.mu.Unlock()
@@ -334,7 +396,7 @@ func (p *Pane) Select(id int64) {
 	}
 	p.mu.Lock()
 	p.data.Selected = id
-	p.dirty = true
+	p.edits++
 	p.mu.Unlock()
 	p.editing = -1
 	p.editBar.Hide()
@@ -438,16 +500,21 @@ func (p *Pane) Send() {
 	if strings.TrimSpace(text) == "" {
 		return
 	}
-	if err := p.SendText(p.data.Selected, text); err != nil {
+	id := p.data.Selected
+	if err := p.SendText(id, text); err != nil {
 		p.showError(err.Error())
 		return
 	}
-	p.composer.SetText("")
+	draft := "" // sending an edit brings back the draft typed before it
+	if c := p.conv(id); c != nil {
+		draft = c.Draft
+	}
+	p.composer.SetText(draft)
 }
 
 // SendText sends text as a user message in conversation id and starts the
-// reply. It refuses while the conversation is generating or no model is
-// open.
+// reply. It clears the conversation's draft, unless it sends an edit. It
+// refuses while the conversation is generating or no model is open.
 func (p *Pane) SendText(id int64, text string) error {
 	if p.eng == nil {
 		return errors.New("no model is open: open a GGUF file or start the demo model first")
@@ -473,7 +540,9 @@ func (p *Pane) SendText(id int64, text string) error {
 		}
 		c.Messages = append(c.Messages, store.Message{Role: "user", Text: text, Time: now},
 			store.Message{Role: "assistant", Time: now})
-		c.Draft = ""
+		if editing < 0 { // an edit was not the draft: the draft stays
+			c.Draft = ""
+		}
 	})
 	if id == p.data.Selected {
 		p.editing = -1
@@ -648,7 +717,8 @@ func (p *Pane) Regenerate(id int64) error {
 }
 
 // EditMessage puts user message i of the shown conversation back in the
-// composer; Send then replaces it and everything after it.
+// composer; Send then replaces it and everything after it. The unsent
+// draft is kept, and comes back when the edit is sent or cancelled.
 func (p *Pane) EditMessage(i int) {
 	c := p.conv(p.data.Selected)
 	if c == nil || i < 0 || i >= len(c.Messages) || c.Messages[i].Role != "user" {
@@ -664,10 +734,15 @@ func (p *Pane) EditMessage(i int) {
 	p.editBar.Show()
 }
 
+// cancelEdit leaves edit mode and puts the draft back in the composer.
 func (p *Pane) cancelEdit() {
 	p.editing = -1
 	p.editBar.Hide()
-	p.composer.SetText("")
+	draft := ""
+	if c := p.conv(p.data.Selected); c != nil {
+		draft = c.Draft
+	}
+	p.composer.SetText(draft)
 }
 
 // Observe takes the live state of the engine's requests from a snapshot:
@@ -713,10 +788,7 @@ func (p *Pane) saver() {
 		case <-p.stopSaver:
 			return
 		case <-t.C:
-			p.mu.Lock()
-			dirty := p.dirty
-			p.mu.Unlock()
-			if dirty {
+			if p.dirty() {
 				if err := p.write(); err != nil {
 					uithread.Do(func() { p.reportSave(err) })
 				}
@@ -725,24 +797,49 @@ func (p *Pane) saver() {
 	}
 }
 
-// write saves the conversations if there is a store; on failure they stay
-// marked as changed, so the next save tries again.
-func (p *Pane) write() error {
+// dirty reports whether the conversations changed since the copy on disk.
+func (p *Pane) dirty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.edits != p.saved
+}
+
+// snapshot is a copy of the conversations and how many edits it holds.
+type snapshot struct {
+	data  store.Conversations
+	edits uint64
+}
+
+// snapshot copies the conversations.
+func (p *Pane) snapshot() snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return snapshot{cloneData(p.data), p.edits}
+}
+
+// commit saves s, unless the copy on disk is as new or newer: a copy taken
+// before a later save never replaces it. On failure nothing counts as
+// saved, so the next save tries again; edits made after s stay unsaved.
+func (p *Pane) commit(s snapshot) error {
 	if p.st == nil {
 		return nil
 	}
-	p.mu.Lock()
-	d := cloneData(p.data)
-	p.dirty = false
-	p.mu.Unlock()
-	if err := p.st.SaveConversations(d); err != nil {
-		p.mu.Lock()
-		p.dirty = true
-		p.mu.Unlock()
+	p.saveMu.Lock()
+	defer p.saveMu.Unlock()
+	if s.edits <= p.saved {
+		return nil
+	}
+	if err := p.st.SaveConversations(s.data); err != nil {
 		return err
 	}
+	p.mu.Lock()
+	p.saved = s.edits
+	p.mu.Unlock()
 	return nil
 }
+
+// write saves the conversations as they are now, if there is a store.
+func (p *Pane) write() error { return p.commit(p.snapshot()) }
 
 // saveNow saves on the UI goroutine and reports a failure.
 func (p *Pane) saveNow() {

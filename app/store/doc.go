@@ -4,8 +4,11 @@
 // Each save writes a temporary file in the same directory, syncs it and
 // renames it over the old one, so a crash or a kill leaves either the old
 // file or the new one, never half of each. A file that cannot be read back
-// (truncated, edited by hand, from an unknown future version) is never
-// overwritten: Load renames it aside, next to the original with a
-// ".corrupt-<time>" suffix, starts from an empty state and says so in a
-// *CorruptError, so the user can be told where their data went.
+// (truncated, edited by hand, from an unknown future version) or cannot be
+// read at all (no permission, an I/O error) is never overwritten: Load
+// renames it aside, next to the original with a ".corrupt-<time>" or
+// ".unreadable-<time>" suffix, starts from an empty state and says so in a
+// *CorruptError, so the user can be told where their data went. If even
+// the rename fails, Load returns an error and Save refuses to replace the
+// file until it is moved away.
 package store

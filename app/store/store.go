@@ -129,6 +129,9 @@ type Store struct {
 	dir string
 	mu  sync.Mutex
 	now func() time.Time
+	// kept: files that could not be read nor set aside, by name, with
+	// why; save refuses to replace them while they are there.
+	kept map[string]error
 }
 
 // Open returns a store over dir, creating the directory if needed.
@@ -139,7 +142,7 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("store: cannot create %s: %w", dir, err)
 	}
-	return &Store{dir: dir, now: time.Now}, nil
+	return &Store{dir: dir, now: time.Now, kept: map[string]error{}}, nil
 }
 
 // Dir returns the store's directory.
@@ -155,7 +158,9 @@ func DefaultDir() (string, error) {
 }
 
 // LoadConversations reads the conversations. A missing file gives an empty
-// list and no error; an unreadable one is set aside (see CorruptError).
+// list and no error; one that cannot be read or decoded is set aside (see
+// CorruptError). One that cannot even be set aside gives an error, and
+// SaveConversations then refuses to replace it until it is moved away.
 // Replies that were still generating when the file was saved (the app was
 // killed) come back with Finish "interrupted" and the text they had.
 func (s *Store) LoadConversations() (Conversations, error) {
@@ -190,7 +195,8 @@ func (s *Store) LoadConversations() (Conversations, error) {
 	return c, nil
 }
 
-// SaveConversations writes the conversations atomically.
+// SaveConversations writes the conversations atomically. It refuses to
+// replace a file that LoadConversations could neither read nor set aside.
 func (s *Store) SaveConversations(c Conversations) error {
 	c.Version = Version
 	return s.save(ConversationsFile, c)
@@ -214,23 +220,26 @@ func (s *Store) LoadSettings() (Settings, error) {
 	return st, nil
 }
 
-// SaveSettings writes the settings atomically.
+// SaveSettings writes the settings atomically, like SaveConversations.
 func (s *Store) SaveSettings(st Settings) error {
 	st.Version = Version
 	return s.save(SettingsFile, st)
 }
 
-// load reads name into v and checks it; on failure it sets the file aside.
+// load reads name into v and checks it. A file that cannot be read (no
+// permission, an I/O error) or decoded is set aside, never left to be
+// saved over; one that cannot be set aside is kept from save.
 func (s *Store) load(name string, v any, check func() error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	path := filepath.Join(s.dir, name)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
+		delete(s.kept, name)
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("store: cannot read %s: %w", path, err)
+		return s.setAside(name, "unreadable", err)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
@@ -242,16 +251,28 @@ func (s *Store) load(name string, v any, check func() error) error {
 		bad = check()
 	}
 	if bad == nil {
+		delete(s.kept, name)
 		return nil
 	}
-	aside := fmt.Sprintf("%s.corrupt-%s", path, s.now().UTC().Format("20060102-150405.000000000"))
+	return s.setAside(name, "corrupt", bad)
+}
+
+// setAside renames file name, which could not be loaded because of bad,
+// to name.kind-TIME. If that fails the file stays where it is and save
+// refuses to replace it. Call with s.mu held.
+func (s *Store) setAside(name, kind string, bad error) error {
+	path := filepath.Join(s.dir, name)
+	aside := fmt.Sprintf("%s.%s-%s", path, kind, s.now().UTC().Format("20060102-150405.000000000"))
 	if err := os.Rename(path, aside); err != nil {
-		return fmt.Errorf("store: %s could not be read (%v) nor set aside: %w", path, bad, err)
+		s.kept[name] = bad
+		return fmt.Errorf("store: %s could not be read (%v) nor set aside (%v); kvscope will not save over it", path, bad, err)
 	}
+	delete(s.kept, name)
 	return &CorruptError{File: path, Aside: aside, Err: bad}
 }
 
-// save writes v to name through a synced temporary file and a rename.
+// save writes v to name through a synced temporary file and a rename,
+// unless name is a file load could neither read nor set aside.
 func (s *Store) save(name string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -260,6 +281,13 @@ func (s *Store) save(name string, v any) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	path := filepath.Join(s.dir, name)
+	if bad, ok := s.kept[name]; ok {
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			delete(s.kept, name) // moved away: nothing left to lose
+		} else {
+			return fmt.Errorf("store: not saving %s: it could not be read (%v) and saving would replace it; move it away to let kvscope save", path, bad)
+		}
+	}
 	f, err := os.CreateTemp(s.dir, name+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("store: cannot save %s: %w", path, err)

@@ -169,3 +169,125 @@ func TestOpenNeedsADirectory(t *testing.T) {
 		t.Error("Open under a file gave no error")
 	}
 }
+
+// files are the two files of a store, with a loader and a saver each.
+var files = []struct {
+	name string
+	load func(s *Store) error
+	save func(s *Store) error
+}{
+	{ConversationsFile, func(s *Store) error { _, err := s.LoadConversations(); return err },
+		func(s *Store) error { return s.SaveConversations(sample()) }},
+	{SettingsFile, func(s *Store) error { _, err := s.LoadSettings(); return err },
+		func(s *Store) error { return s.SaveSettings(Settings{LastModel: "demo"}) }},
+}
+
+// A file that exists but cannot be read (no permission, an I/O error) is
+// set aside like a corrupt one, never replaced by an empty list on save.
+func TestUnreadableFileIsSetAsideNotOverwritten(t *testing.T) {
+	const precious = `{"version": 1, "conversations": [{"id": 1, "title": "precious"}]}`
+	ways := []struct {
+		name     string
+		make     func(path string) error // makes path exist but unreadable
+		restore  func(aside string) error
+		keptPath string // the file under the set-aside path that holds precious
+		needUser bool   // root reads any file
+	}{
+		{"no read permission", func(path string) error {
+			if err := os.WriteFile(path, []byte(precious), 0o600); err != nil {
+				return err
+			}
+			return os.Chmod(path, 0)
+		}, func(aside string) error { return os.Chmod(aside, 0o600) }, "", true},
+		{"a directory in its place", func(path string) error {
+			if err := os.Mkdir(path, 0o755); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(path, "inside"), []byte(precious), 0o644)
+		}, func(string) error { return nil }, "inside", false},
+	}
+	for _, f := range files {
+		for _, w := range ways {
+			t.Run(f.name+"/"+w.name, func(t *testing.T) {
+				if w.needUser && os.Getuid() == 0 {
+					t.Skip("root reads files without read permission")
+				}
+				s, _ := Open(t.TempDir())
+				path := filepath.Join(s.Dir(), f.name)
+				if err := w.make(path); err != nil {
+					t.Fatal(err)
+				}
+				err := f.load(s)
+				var ce *CorruptError
+				if !errors.As(err, &ce) {
+					t.Fatalf("error %v, want a *CorruptError", err)
+				}
+				if !strings.Contains(err.Error(), "set aside as") || !strings.Contains(ce.Aside, ".unreadable-") {
+					t.Errorf("error %q does not say where the unreadable file went", err)
+				}
+				if err := f.save(s); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.restore(ce.Aside); err != nil {
+					t.Fatal(err)
+				}
+				if kept, err := os.ReadFile(filepath.Join(ce.Aside, w.keptPath)); err != nil || string(kept) != precious {
+					t.Errorf("set-aside file %s holds %q (%v), want the original", ce.Aside, kept, err)
+				}
+				if err := f.load(s); err != nil {
+					t.Errorf("the file saved in its place does not load: %v", err)
+				}
+			})
+		}
+	}
+}
+
+// A file that can be neither loaded nor set aside stays where it is, and
+// saving refuses to replace it until it is moved away.
+func TestFileThatCannotBeSetAsideIsNotSavedOver(t *testing.T) {
+	problems := []struct {
+		name, kind string
+		make       func(path string) error
+	}{
+		{"corrupt", "corrupt", func(path string) error { return os.WriteFile(path, []byte("{half"), 0o644) }},
+		{"unreadable", "unreadable", func(path string) error { return os.Mkdir(path, 0o755) }},
+	}
+	t0 := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
+	for _, f := range files {
+		for _, pr := range problems {
+			t.Run(f.name+"/"+pr.name, func(t *testing.T) {
+				s, _ := Open(t.TempDir())
+				s.now = func() time.Time { return t0 }
+				path := filepath.Join(s.Dir(), f.name)
+				if err := pr.make(path); err != nil {
+					t.Fatal(err)
+				}
+				// A non-empty directory where the file would be set aside
+				// makes the rename fail, as a read-only directory would.
+				blocker := path + "." + pr.kind + "-" + t0.Format("20060102-150405.000000000")
+				if err := os.MkdirAll(filepath.Join(blocker, "full"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				before, _ := os.Lstat(path)
+				err := f.load(s)
+				var ce *CorruptError
+				if err == nil || errors.As(err, &ce) || !strings.Contains(err.Error(), "nor set aside") {
+					t.Fatalf("load error %v, want one saying the file could not be set aside", err)
+				}
+				err = f.save(s)
+				if err == nil || !strings.Contains(err.Error(), "not saving") || !strings.Contains(err.Error(), path) {
+					t.Fatalf("save over the file that could not be read: error %v, want a refusal naming %s", err, path)
+				}
+				if after, err := os.Lstat(path); err != nil || !os.SameFile(before, after) {
+					t.Fatalf("the file that could not be read was replaced (%v)", err)
+				}
+				if err := os.Rename(path, path+".moved"); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.save(s); err != nil {
+					t.Errorf("save once the file was moved away: %v", err)
+				}
+			})
+		}
+	}
+}
