@@ -35,46 +35,17 @@ func TestStress(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 7))
 			for i := range rounds {
-				ctx, cancel := context.WithCancel(context.Background())
 				sp := sample.DefaultParams()
 				sp.Seed = uint64(i)
 				r := Request{Prompt: prompts[rng.IntN(len(prompts))].text, MaxTokens: 1 + rng.IntN(40), N: 1 + rng.IntN(3), Sampling: &sp}
 				if rng.IntN(4) == 0 {
 					r.Stop = []string{"."}
 				}
-				s, err := e.Submit(ctx, r)
-				if err != nil {
-					t.Error(err)
-					cancel()
-					continue
+				for _, reason := range submitAndCheck(t, e, r, rng, 3*time.Millisecond) {
+					mu.Lock()
+					ended[string(reason)]++
+					mu.Unlock()
 				}
-				if rng.IntN(3) == 0 {
-					go func() {
-						time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-						cancel()
-					}()
-				}
-				done := make(map[int]int)
-				for c := range s.C {
-					if c.Done {
-						done[c.Sample]++
-						mu.Lock()
-						ended[string(c.Reason)]++
-						mu.Unlock()
-						if c.Reason == FinishError {
-							t.Errorf("request failed: %v", c.Err)
-						}
-					}
-				}
-				if len(done) != r.N {
-					t.Errorf("%d of %d samples ended", len(done), r.N)
-				}
-				for i, n := range done {
-					if n != 1 {
-						t.Errorf("sample %d ended %d times", i, n)
-					}
-				}
-				cancel()
 			}
 		}()
 	}
@@ -185,7 +156,6 @@ func TestStressHarsh(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 11))
 			for i := range rounds {
-				ctx, cancel := context.WithCancel(context.Background())
 				sp := sample.DefaultParams()
 				sp.Seed = uint64(i)
 				pol := pols[rng.IntN(3)]
@@ -193,46 +163,7 @@ func TestStressHarsh(t *testing.T) {
 				if rng.IntN(4) == 0 {
 					r.Stop = []string{"."}
 				}
-				s, err := e.Submit(ctx, r)
-				if err != nil {
-					t.Error(err)
-					cancel()
-					continue
-				}
-				if rng.IntN(3) == 0 {
-					d := time.Duration(rng.IntN(20000)) * time.Microsecond
-					go func() { time.Sleep(d); cancel() }()
-				}
-				done := map[int]int{}
-				timeout := time.After(30 * time.Second)
-			loop:
-				for {
-					select {
-					case c, ok := <-s.C:
-						if !ok {
-							break loop
-						}
-						if c.Done {
-							done[c.Sample]++
-							if c.Reason == FinishError {
-								t.Errorf("request failed: %v", c.Err)
-							}
-						}
-					case <-timeout:
-						t.Errorf("request %d hung; snapshot %+v", s.ID, e.Snapshot().Requests)
-						cancel()
-						return
-					}
-				}
-				if len(done) != r.N {
-					t.Errorf("%d of %d samples ended", len(done), r.N)
-				}
-				for i, n := range done {
-					if n != 1 {
-						t.Errorf("sample %d ended %d times", i, n)
-					}
-				}
-				cancel()
+				submitAndCheck(t, e, r, rng, 20*time.Millisecond)
 				if err := e.call(func() error { return e.mgr.Check() }); err != nil {
 					t.Errorf("check: %v", err)
 				}
@@ -260,4 +191,50 @@ func TestStressHarsh(t *testing.T) {
 	}()
 	wg.Wait()
 	checkNoLeak(t, e)
+}
+
+// submitAndCheck submits r, cancels it after a random delay under maxDelay
+// one time in three, and reads its stream: every sample must end exactly
+// once, without error, within 30 s. It returns the finish reasons.
+func submitAndCheck(t *testing.T, e *Engine, r Request, rng *rand.Rand, maxDelay time.Duration) []FinishReason {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := e.Submit(ctx, r)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	if rng.IntN(3) == 0 {
+		d := time.Duration(rng.Int64N(int64(maxDelay)))
+		go func() { time.Sleep(d); cancel() }()
+	}
+	done := map[int]int{}
+	var reasons []FinishReason
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case c, ok := <-s.C:
+			if !ok {
+				if len(done) != r.N {
+					t.Errorf("%d of %d samples ended", len(done), r.N)
+				}
+				for i, n := range done {
+					if n != 1 {
+						t.Errorf("sample %d ended %d times", i, n)
+					}
+				}
+				return reasons
+			}
+			if c.Done {
+				done[c.Sample]++
+				reasons = append(reasons, c.Reason)
+				if c.Reason == FinishError {
+					t.Errorf("request failed: %v", c.Err)
+				}
+			}
+		case <-timeout:
+			t.Errorf("request %d hung; snapshot %+v", s.ID, e.Snapshot().Requests)
+			return reasons
+		}
+	}
 }
