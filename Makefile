@@ -32,12 +32,11 @@ build: deps
 run: build
 	./$(BIN) $(if $(wildcard $(MODEL)),-m $(MODEL))
 
-# test: vet, the whole suite (engine packages under the race detector), and
-# a few seconds of fuzzing the GGUF reader.
+# test: vet, the whole suite under the race detector, and a few seconds of
+# fuzzing the GGUF reader.
 test: deps
 	$(GO) vet ./...
-	$(GO) test -race ./engine/...
-	$(GO) test . ./cli/... ./app/...
+	$(GO) test -race ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 5s ./engine/gguf
 
 fuzz: deps
