@@ -367,6 +367,7 @@ func (a *App) use(l *loaded, e *engine.Engine, problems []string) {
 	a.eng, a.mdl = e, l
 	a.mu.Unlock()
 	a.chat.SetEngine(e, l.note())
+	a.controls.forget() // changes queued for the old engine are dropped
 	if oldE != nil {
 		go func() { oldE.Close(); oldM.close() }()
 	}

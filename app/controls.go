@@ -271,7 +271,17 @@ func (c *controls) applied(e *engine.Engine, err error, done chan struct{}, chan
 		return // more changes are on their way
 	}
 	c.pending = nil
+	if cur := c.a.Engine(); cur != nil && cur != e {
+		e = cur // the model changed meanwhile: show what is in force now
+	}
 	c.show(e.Config(), e.Snapshot())
+}
+
+// forget drops the changes queued for the engine in use (UI goroutine):
+// after a model switch they would reconfigure an engine that is going.
+func (c *controls) forget() {
+	c.pending = nil
+	c.epoch.Add(1)
 }
 
 // Result returns the line saying what the last change did.
