@@ -120,8 +120,12 @@ func streamOne(out *bufio.Writer, stderr io.Writer, prompt string, s *engine.Str
 	}
 	tPrompt, tGen := first.Sub(t0), time.Since(first)
 	computed := final.PromptTokens - final.CachedTokens
+	stop := string(final.Reason)
+	if final.Err != nil {
+		stop += " (" + final.Err.Error() + ")"
+	}
 	fmt.Fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tokens/s); generation: %d tokens in %.3f s (%.1f tokens/s); stopped: %s\n",
-		computed, tPrompt.Seconds(), rate(computed, tPrompt), final.Generated, tGen.Seconds(), rate(max(final.Generated-1, 0), tGen), final.Reason)
+		computed, tPrompt.Seconds(), rate(computed, tPrompt), final.Generated, tGen.Seconds(), rate(max(final.Generated-1, 0), tGen), stop)
 	return nil
 }
 

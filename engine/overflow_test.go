@@ -35,6 +35,9 @@ func TestOverflowPolicies(t *testing.T) {
 			if f.Reason != tc.reason || f.Generated != tc.generated {
 				t.Errorf("ended %s after %d tokens (%v), want %s after %d", f.Reason, f.Generated, f.Err, tc.reason, tc.generated)
 			}
+			if tc.pol == kvcache.Stop && (f.Err == nil || !strings.Contains(f.Err.Error(), "context of 64 tokens is full")) {
+				t.Errorf("no explanation of the stop: %v", f.Err)
+			}
 			if len(texts[0]) < 100 {
 				t.Errorf("text %q", texts[0])
 			}

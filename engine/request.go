@@ -62,7 +62,7 @@ type Chunk struct {
 
 	Done   bool         // this sample has ended
 	Reason FinishReason // why, when Done
-	Err    error        // what went wrong, when Reason is FinishError
+	Err    error        // what went wrong, when Reason is FinishError; with FinishLength, set when the context (not MaxTokens) ended the sample
 	// Usage, when Done: prompt tokens, of which reused from the prefix
 	// cache, and generated tokens.
 	PromptTokens, CachedTokens, Generated int

@@ -120,7 +120,7 @@ func (e *Engine) step() {
 		var ce *kvcache.ContextLimitError
 		if errors.As(f.Err, &ce) {
 			e.event(Event{Kind: "context-full", Request: s.r.id, Seq: s.q.ID, Text: fmt.Sprintf("%s: %v", s.r.name(), f.Err)})
-			e.finish(s, FinishLength, nil)
+			e.finish(s, FinishLength, fmt.Errorf("the context of %d tokens is full", ce.Limit))
 		} else {
 			e.finish(s, FinishError, f.Err)
 		}

@@ -107,7 +107,11 @@ func Footer(m store.Message) string {
 	case "stop":
 		parts = append(parts, "finished")
 	case "length":
-		parts = append(parts, "length limit reached")
+		if m.Error != "" {
+			parts = append(parts, m.Error) // the context, not max tokens, ended it
+		} else {
+			parts = append(parts, "length limit reached")
+		}
 	case "cancelled":
 		parts = append(parts, "stopped")
 	case "interrupted":
