@@ -49,6 +49,7 @@ fuzz: deps
 bench: build
 	./$(BIN) bench decode
 	./$(BIN) bench cache
+	@echo "Matrix kernels: MB/s of weights read (bench decode above measured this machine's read bandwidth, the bound for one vector)"
 	$(GO) test -run '^$$' -bench 'MatMul' -benchtime 20x ./engine/quant
 
 # screenshot opens the real window under Xvfb at 1280x800, runs a short
