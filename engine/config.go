@@ -106,11 +106,8 @@ func (e *Engine) validate(c Config) error {
 	if c.Cache.Budget < 0 || c.Cache.HostBudget < 0 {
 		return fmt.Errorf("cache budgets cannot be negative")
 	}
-	if _, err := kvcache.ParseEvictionPolicy(c.Cache.Eviction.String()); err != nil {
-		return err
-	}
-	if c.Cache.Preempt > kvcache.Swap {
-		return fmt.Errorf("unknown preemption mode %d", c.Cache.Preempt)
+	if c.Cache.Eviction > kvcache.FIFO {
+		return fmt.Errorf("unknown eviction policy %d", c.Cache.Eviction)
 	}
 	if err := c.schedConfig().Validate(); err != nil {
 		return err

@@ -49,7 +49,6 @@ type Engine struct {
 	last        StepReport
 	lastSnap    time.Time
 	tps         rateMeter
-	steps       int64
 	// abandonAfter is how long a cancelled request's stream waits for a
 	// reader (see newStream).
 	abandonAfter time.Duration

@@ -99,7 +99,6 @@ func toInt32(ids []int) []int32 {
 // batch, commit, sample.
 func (e *Engine) step() {
 	t0 := time.Now()
-	e.steps++
 	plan, err := e.sch.Schedule()
 	if err != nil {
 		e.failAll(fmt.Errorf("scheduler: %w", err))
