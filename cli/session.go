@@ -31,8 +31,5 @@ func (l *loaded) close() { l.m.Close() }
 
 // engine starts an engine on the model.
 func (l *loaded) engine(cfg engine.Config) (*engine.Engine, error) {
-	if cfg.Context > l.m.Context {
-		return nil, fmt.Errorf("-c %d is longer than the model's %d-token context", cfg.Context, l.m.Context)
-	}
 	return engine.New(l.m, l.tok, cfg)
 }
