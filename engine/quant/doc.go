@@ -26,7 +26,7 @@
 // and an AVX one used where CPUID reports AVX; the multiply-adds generated
 // by macgen.go, the dequantizers of F16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K
 // written by hand) compute exactly the bits of the portable Go code, which
-// runs elsewhere (or with -tags purego) and which the tests compare them
+// runs elsewhere (or with -tags noasm) and which the tests compare them
 // with. The results differ from llama.cpp's (which rounds activations to 8
 // bits) by less than the quantization error itself.
 //
