@@ -499,6 +499,19 @@ func Parse(data []byte) (*File, error) {
 			return nil, &FormatError{Offset: int64(start), What: fmt.Sprintf("tensor %q", t.Name), Msg: fmt.Sprintf("data at offset %d, %d bytes, lies outside the %d-byte data section (truncated file?)", t.Offset, t.Size, dataLen)}
 		}
 	}
+	// Tensors must not share bytes, so that the sum of their sizes (and so
+	// whatever a loader makes from them) is bounded by the file's size.
+	order := make([]int, len(f.Tensors))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(i, j int) bool { return f.Tensors[order[i]].Offset < f.Tensors[order[j]].Offset })
+	for i := 1; i < len(order); i++ {
+		a, b := &f.Tensors[order[i-1]], &f.Tensors[order[i]]
+		if a.Offset+a.Size > b.Offset {
+			return nil, &FormatError{Offset: int64(start), What: fmt.Sprintf("tensor %q", b.Name), Msg: fmt.Sprintf("data at offset %d overlaps tensor %q (offset %d, %d bytes)", b.Offset, a.Name, a.Offset, a.Size)}
+		}
+	}
 	return f, nil
 }
 
@@ -671,21 +684,50 @@ func toUint(v any) (uint64, bool) {
 // errEmpty is returned for a zero-length file.
 var errEmpty = errors.New("the file is empty, not a GGUF model")
 
+// mapFile maps the regular file at path. Anything else (a directory, FIFO,
+// device or socket) is refused after a stat, before it is opened, so that a
+// FIFO never blocks the caller; the opened file is checked again in case
+// path changed in between.
 func mapFile(path string) ([]byte, func() error, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := regular(path, st); err != nil {
+		return nil, nil, err
+	}
 	fd, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer fd.Close()
-	st, err := fd.Stat()
-	if err != nil {
+	if st, err = fd.Stat(); err != nil {
 		return nil, nil, err
 	}
-	if st.IsDir() {
-		return nil, nil, fmt.Errorf("%s is a directory, not a GGUF file", path)
+	if err := regular(path, st); err != nil {
+		return nil, nil, err
 	}
 	if st.Size() == 0 {
 		return nil, nil, fmt.Errorf("%s: %w", path, errEmpty)
 	}
 	return mmap(fd, st.Size())
+}
+
+// regular returns an error naming path unless st describes a regular file.
+func regular(path string, st os.FileInfo) error {
+	m := st.Mode()
+	what := "not a regular file"
+	switch {
+	case m.IsRegular():
+		return nil
+	case m.IsDir():
+		what = "a directory"
+	case m&os.ModeNamedPipe != 0:
+		what = "a named pipe (FIFO)"
+	case m&os.ModeSocket != 0:
+		what = "a socket"
+	case m&os.ModeDevice != 0:
+		what = "a device"
+	}
+	return fmt.Errorf("%s is %s, not a GGUF file: a model must be a regular file", path, what)
 }

@@ -205,6 +205,14 @@ func TestParseBroken(t *testing.T) {
 			return b.Bytes()
 		}(), "not a power of two"},
 		{"truncated tensor data", valid[:len(valid)-1], "outside the"},
+		{"tensors sharing bytes", func() []byte {
+			b := header(2, 0)
+			b.str("a").u32(1).u64(8).u32(uint32(quant.F32)).u64(0)
+			b.str("b").u32(1).u64(8).u32(uint32(quant.F32)).u64(0)
+			b.pad(DefaultAlignment)
+			b.Write(make([]byte, 32))
+			return b.Bytes()
+		}(), "overlaps tensor"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
