@@ -6,6 +6,7 @@ require (
 	fyne.io/fyne/v2 v2.7.1
 	github.com/dlclark/regexp2 v1.11.5
 	github.com/dustin/go-humanize v1.1.0
+	github.com/gofrs/flock v0.12.1
 )
 
 require (

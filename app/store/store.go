@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -295,7 +297,9 @@ func (s *Store) save(name string, v any) error {
 	tmp := f.Name()
 	_, err = f.Write(append(data, '\n'))
 	if err == nil {
-		err = f.Sync()
+		if err = syncFile(f); err != nil {
+			err = fmt.Errorf("syncing it to disk failed: %w", err)
+		}
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -307,9 +311,32 @@ func (s *Store) save(name string, v any) error {
 		os.Remove(tmp)
 		return fmt.Errorf("store: cannot save %s: %w", path, err)
 	}
-	if d, err := os.Open(s.dir); err == nil { // make the rename durable
-		d.Sync()
-		d.Close()
+	if err := syncDir(s.dir); err != nil { // make the rename durable
+		return fmt.Errorf("store: %s was written, but syncing its folder failed, so a crash could still lose it: %w", path, err)
 	}
 	return nil
+}
+
+// syncFile flushes a file to disk; tests replace it to make it fail.
+var syncFile = (*os.File).Sync
+
+// syncDir flushes a directory's entries (a rename) to disk. Where the
+// system cannot sync a directory (Windows, some file systems), there is
+// nothing to flush and it returns nil; every other failure is returned.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = syncFile(d)
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, errors.ErrUnsupported) || errors.Is(err, syscall.EINVAL) {
+		return nil
+	}
+	return err
 }
