@@ -65,9 +65,21 @@ func ReadConfig(f *gguf.File) (Config, error) {
 			return c, err
 		}
 	}
+	// Each size is bounded here only so that products of sizes cannot
+	// overflow; the weights' shapes, checked against the tensors the file
+	// holds, bound them by the file's size.
+	optional := func(key string, dst *int) error {
+		if v, ok := f.Uint(arch + "." + key); ok {
+			if v > 1<<24 {
+				return fmt.Errorf("metadata %s.%s is %d, out of range", arch, key, v)
+			}
+			*dst = int(v)
+		}
+		return nil
+	}
 	c.KVHeads = c.Heads
-	if v, ok := f.Uint(arch + ".attention.head_count_kv"); ok {
-		c.KVHeads = int(v)
+	if err := optional("attention.head_count_kv", &c.KVHeads); err != nil {
+		return c, err
 	}
 	if c.KVHeads <= 0 || c.Heads%c.KVHeads != 0 {
 		return c, fmt.Errorf("%d query heads cannot be grouped over %d key/value heads", c.Heads, c.KVHeads)
@@ -76,12 +88,18 @@ func ReadConfig(f *gguf.File) (Config, error) {
 		return c, fmt.Errorf("embedding length %d is not divisible by %d heads", c.Dim, c.Heads)
 	}
 	c.HeadDim = c.Dim / c.Heads
-	if v, ok := f.Uint(arch + ".attention.key_length"); ok && v > 0 {
-		c.HeadDim = int(v)
+	if err := optional("attention.key_length", &c.HeadDim); err != nil {
+		return c, err
+	}
+	if c.HeadDim == 0 {
+		c.HeadDim = c.Dim / c.Heads
 	}
 	c.RopeDim = c.HeadDim
-	if v, ok := f.Uint(arch + ".rope.dimension_count"); ok && v > 0 {
-		c.RopeDim = int(v)
+	if err := optional("rope.dimension_count", &c.RopeDim); err != nil {
+		return c, err
+	}
+	if c.RopeDim == 0 {
+		c.RopeDim = c.HeadDim
 	}
 	if c.RopeDim > c.HeadDim || c.RopeDim%2 != 0 {
 		return c, fmt.Errorf("RoPE dimension %d does not fit head dimension %d", c.RopeDim, c.HeadDim)

@@ -17,30 +17,55 @@ type Matrix struct {
 	Data       []byte
 }
 
-// Layer holds one transformer block's weights. Tags name the GGUF tensors;
-// %d is the layer index.
+// Layer holds one transformer block's weights. The gguf tags name the GGUF
+// tensors (%d is the layer index); the shape tags give each tensor's shape,
+// rows then columns, in the sizes of the model's configuration (see
+// Config.sizes).
 type Layer struct {
-	AttnNorm []float32 `gguf:"blk.%d.attn_norm.weight"`
-	Q        Matrix    `gguf:"blk.%d.attn_q.weight"`
-	K        Matrix    `gguf:"blk.%d.attn_k.weight"`
-	V        Matrix    `gguf:"blk.%d.attn_v.weight"`
-	O        Matrix    `gguf:"blk.%d.attn_output.weight"`
-	QBias    []float32 `gguf:"blk.%d.attn_q.bias,optional"`
-	KBias    []float32 `gguf:"blk.%d.attn_k.bias,optional"`
-	VBias    []float32 `gguf:"blk.%d.attn_v.bias,optional"`
-	FFNNorm  []float32 `gguf:"blk.%d.ffn_norm.weight"`
-	Gate     Matrix    `gguf:"blk.%d.ffn_gate.weight"`
-	Up       Matrix    `gguf:"blk.%d.ffn_up.weight"`
-	Down     Matrix    `gguf:"blk.%d.ffn_down.weight"`
+	AttnNorm []float32 `gguf:"blk.%d.attn_norm.weight" shape:"dim"`
+	Q        Matrix    `gguf:"blk.%d.attn_q.weight" shape:"q,dim"`
+	K        Matrix    `gguf:"blk.%d.attn_k.weight" shape:"kv,dim"`
+	V        Matrix    `gguf:"blk.%d.attn_v.weight" shape:"kv,dim"`
+	O        Matrix    `gguf:"blk.%d.attn_output.weight" shape:"dim,q"`
+	QBias    []float32 `gguf:"blk.%d.attn_q.bias,optional" shape:"q"`
+	KBias    []float32 `gguf:"blk.%d.attn_k.bias,optional" shape:"kv"`
+	VBias    []float32 `gguf:"blk.%d.attn_v.bias,optional" shape:"kv"`
+	FFNNorm  []float32 `gguf:"blk.%d.ffn_norm.weight" shape:"dim"`
+	Gate     Matrix    `gguf:"blk.%d.ffn_gate.weight" shape:"ff,dim"`
+	Up       Matrix    `gguf:"blk.%d.ffn_up.weight" shape:"ff,dim"`
+	Down     Matrix    `gguf:"blk.%d.ffn_down.weight" shape:"dim,ff"`
 }
 
 // Weights holds all of a model's weights.
 type Weights struct {
-	Embed     Matrix    `gguf:"token_embd.weight"`
-	OutNorm   []float32 `gguf:"output_norm.weight"`
-	Out       Matrix    `gguf:"output.weight,optional"` // absent: tied to Embed
-	RopeFreqs []float32 `gguf:"rope_freqs.weight,optional"`
+	Embed     Matrix    `gguf:"token_embd.weight" shape:"vocab,dim"`
+	OutNorm   []float32 `gguf:"output_norm.weight" shape:"dim"`
+	Out       Matrix    `gguf:"output.weight,optional" shape:"vocab,dim"` // absent: tied to Embed
+	RopeFreqs []float32 `gguf:"rope_freqs.weight,optional" shape:"rope"`
 	Layers    []Layer
+}
+
+// layerTensors is the number of tensors every layer must have.
+var layerTensors = func() int {
+	n := 0
+	for f := range reflect.TypeFor[Layer]().Fields() {
+		if tag, ok := f.Tag.Lookup("gguf"); ok && !strings.HasSuffix(tag, ",optional") {
+			n++
+		}
+	}
+	return n
+}()
+
+// sizes names the sizes that shape tags use.
+func (c *Config) sizes() map[string]int {
+	return map[string]int{
+		"dim":   c.Dim,
+		"q":     c.Heads * c.HeadDim,
+		"kv":    c.KVHeads * c.HeadDim,
+		"ff":    c.FFDim,
+		"vocab": c.Vocab,
+		"rope":  c.RopeDim / 2,
+	}
 }
 
 var (
@@ -49,9 +74,10 @@ var (
 )
 
 // bind fills the tagged fields of the struct pointed to by dst from f,
-// formatting each tag with args (the layer index). Matrices keep the file's
-// bytes; vectors are dequantized to float32.
-func bind(f *gguf.File, dst any, args ...any) error {
+// formatting each name with args (the layer index) and checking each
+// tensor's shape against its shape tag before using it. Matrices keep the
+// file's bytes; vectors are dequantized to float32.
+func bind(f *gguf.File, sizes map[string]int, dst any, args ...any) error {
 	v := reflect.ValueOf(dst).Elem()
 	for i := range v.NumField() {
 		field := v.Type().Field(i)
@@ -71,17 +97,22 @@ func bind(f *gguf.File, dst any, args ...any) error {
 		if !quant.Supported(t.Type) {
 			return fmt.Errorf("tensor %s has type %s, which is not supported", name, t.Type)
 		}
+		var want []int // ggml order: row length first
+		for _, s := range strings.Split(field.Tag.Get("shape"), ",") {
+			n, ok := sizes[s]
+			if !ok {
+				return fmt.Errorf("field %s has an unknown size %q in its shape tag", field.Name, s)
+			}
+			want = append([]int{n}, want...)
+		}
+		if !sameShape(t.Dims, want) {
+			return fmt.Errorf("tensor %s has shape %v, want %v (row length first) for this model's configuration", name, t.Dims, want)
+		}
 		switch field.Type {
 		case matrixType:
-			if len(t.Dims) != 2 {
-				return fmt.Errorf("tensor %s has shape %v, want 2 dimensions", name, t.Dims)
-			}
-			v.Field(i).Set(reflect.ValueOf(Matrix{Type: t.Type, Cols: int(t.Dims[0]), Rows: int(t.Dims[1]), Data: f.TensorData(t)}))
+			v.Field(i).Set(reflect.ValueOf(Matrix{Type: t.Type, Cols: want[0], Rows: want[1], Data: f.TensorData(t)}))
 		case vectorType:
-			if len(t.Dims) != 1 {
-				return fmt.Errorf("tensor %s has shape %v, want 1 dimension", name, t.Dims)
-			}
-			vec := make([]float32, t.Dims[0])
+			vec := make([]float32, want[0])
 			if err := quant.Dequantize(t.Type, f.TensorData(t), vec); err != nil {
 				return fmt.Errorf("tensor %s: %w", name, err)
 			}
@@ -93,70 +124,39 @@ func bind(f *gguf.File, dst any, args ...any) error {
 	return nil
 }
 
-// loadWeights binds every weight of a model with configuration c and checks
-// each shape against it.
+func sameShape(dims []uint64, want []int) bool {
+	if len(dims) != len(want) {
+		return false
+	}
+	for i, d := range dims {
+		if d != uint64(want[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// loadWeights binds every weight of a model with configuration c. Before it
+// makes the layers it checks that the file holds enough tensors for them,
+// so that a count in the metadata never sizes an allocation by itself.
 func loadWeights(f *gguf.File, c Config) (*Weights, error) {
-	w := &Weights{Layers: make([]Layer, c.Layers)}
-	if err := bind(f, w); err != nil {
+	if c.Layers > len(f.Tensors)/layerTensors {
+		return nil, fmt.Errorf("metadata %s.block_count is %d, but the file's %d tensors hold at most %d blocks of %d tensors",
+			c.Arch, c.Layers, len(f.Tensors), len(f.Tensors)/layerTensors, layerTensors)
+	}
+	sizes := c.sizes()
+	w := &Weights{}
+	if err := bind(f, sizes, w); err != nil {
 		return nil, err
 	}
 	if w.Out.Data == nil {
 		w.Out = w.Embed
 	}
-	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	checks := []shapeCheck{
-		{"token_embd.weight", w.Embed, c.Vocab, c.Dim},
-		{"output.weight", w.Out, c.Vocab, c.Dim},
-	}
-	vecs := []vecCheck{{"output_norm.weight", w.OutNorm, c.Dim, false}}
-	if w.RopeFreqs != nil {
-		vecs = append(vecs, vecCheck{"rope_freqs.weight", w.RopeFreqs, c.RopeDim / 2, false})
-	}
+	w.Layers = make([]Layer, c.Layers)
 	for i := range w.Layers {
-		l := &w.Layers[i]
-		if err := bind(f, l, i); err != nil {
+		if err := bind(f, sizes, &w.Layers[i], i); err != nil {
 			return nil, err
-		}
-		p := fmt.Sprintf("blk.%d.", i)
-		checks = append(checks,
-			shapeCheck{p + "attn_q.weight", l.Q, q, c.Dim},
-			shapeCheck{p + "attn_k.weight", l.K, kv, c.Dim},
-			shapeCheck{p + "attn_v.weight", l.V, kv, c.Dim},
-			shapeCheck{p + "attn_output.weight", l.O, c.Dim, q},
-			shapeCheck{p + "ffn_gate.weight", l.Gate, c.FFDim, c.Dim},
-			shapeCheck{p + "ffn_up.weight", l.Up, c.FFDim, c.Dim},
-			shapeCheck{p + "ffn_down.weight", l.Down, c.Dim, c.FFDim},
-		)
-		vecs = append(vecs,
-			vecCheck{p + "attn_norm.weight", l.AttnNorm, c.Dim, false},
-			vecCheck{p + "ffn_norm.weight", l.FFNNorm, c.Dim, false},
-			vecCheck{p + "attn_q.bias", l.QBias, q, true},
-			vecCheck{p + "attn_k.bias", l.KBias, kv, true},
-			vecCheck{p + "attn_v.bias", l.VBias, kv, true},
-		)
-	}
-	for _, s := range checks {
-		if s.m.Rows != s.rows || s.m.Cols != s.cols {
-			return nil, fmt.Errorf("tensor %s is %d×%d, want %d×%d for this model's configuration", s.name, s.m.Rows, s.m.Cols, s.rows, s.cols)
-		}
-	}
-	for _, s := range vecs {
-		if (s.v != nil || !s.optional) && len(s.v) != s.n {
-			return nil, fmt.Errorf("tensor %s has %d elements, want %d", s.name, len(s.v), s.n)
 		}
 	}
 	return w, nil
-}
-
-type shapeCheck struct {
-	name       string
-	m          Matrix
-	rows, cols int
-}
-
-type vecCheck struct {
-	name     string
-	v        []float32
-	n        int
-	optional bool
 }
