@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,15 +18,19 @@ import (
 )
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "cache" && args[0] != "decode") {
+	switch {
+	case len(args) > 0 && args[0] == "cache":
+		return benchCache(args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "decode":
+		return benchDecode(args[1:], stdout, stderr)
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprintln(stderr, "usage: kvscope bench cache [flags]   K/V precision quality and capacity, and allocator waste")
 		fmt.Fprintln(stderr, "       kvscope bench decode [flags]  aggregate decode tokens/s at 1, 4, 8 and 16 sequences")
-		return errUsage
+		return flag.ErrHelp
+	case len(args) == 0:
+		return &usageError{cmd: "bench", err: errors.New("no benchmark given: want cache or decode")}
 	}
-	if args[0] == "cache" {
-		return benchCache(args[1:], stdout, stderr)
-	}
-	return benchDecode(args[1:], stdout, stderr)
+	return &usageError{cmd: "bench", err: fmt.Errorf("unknown benchmark %q: want cache or decode", args[0])}
 }
 
 // sharedPath is a file in the shared test data ($KVSCOPE_TESTDATA or
@@ -41,7 +47,7 @@ func benchCache(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench cache", "[-m MODEL] [-f TEXT]", stderr)
 	path := fs.String("m", sharedPath("models/stories260K.gguf"), "GGUF model `file` for the quality table")
 	file := fs.String("f", sharedPath("reference/stories260K-textA.txt"), "text `file` scored for the quality table")
-	if err := parse(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if err := requireModel(*path); err != nil {
@@ -52,6 +58,9 @@ func benchCache(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer l.close()
+	if len(ids) < 2 {
+		return fmt.Errorf("-f %s: the text has %d tokens; at least 2 are needed", *file, len(ids))
+	}
 	if err := precisionTable(stdout, l.m, ids); err != nil {
 		return err
 	}
@@ -85,20 +94,16 @@ func precisionTable(out io.Writer, m *model.Model, ids []int) error {
 	for _, bs := range []int{16, 32} {
 		cc := engine.DefaultConfig().Cache
 		cc.BlockSize, cc.K, cc.V = bs, kvstore.F32, kvstore.F32
-		ref, err := teacherForced(m, ids, cc, ctx)
-		if err != nil {
+		ref := make([][]float32, len(ids))
+		if err := teacherForced(m, ids, cc, ctx, func(i int, l []float32) { ref[i] = l }); err != nil {
 			return err
 		}
 		f16 := capacity(m, bs, kvstore.F16)
 		for _, p := range kvstore.Precisions() {
 			cc.K, cc.V = p, p
-			got, err := teacherForced(m, ids, cc, ctx)
-			if err != nil {
-				return err
-			}
 			var kl float64
-			for i := range ref {
-				kl += klDiv(ref[i], got[i])
+			if err := teacherForced(m, ids, cc, ctx, func(i int, l []float32) { kl += klDiv(ref[i], l) }); err != nil {
+				return err
 			}
 			kl /= float64(len(ref))
 			sc := m.CacheConfig(bs, 1, p, p)

@@ -25,10 +25,10 @@ var llamaCppQ4_0 = map[int]float64{1: 28.4, 4: 41.1, 8: 33.8}
 func benchDecode(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench decode", "[--type q4_0] [-n TOKENS] [--prompt TOKENS]", stderr)
 	typ := fs.String("type", "Q4_0", "weight type of the synthetic model: Q4_0, Q8_0, Q4_K, F16 ...")
-	n := fs.Int("n", 8, "tokens each sequence decodes")
-	promptLen := fs.Int("prompt", 8, "prompt tokens per sequence")
+	n := intFlag(fs, "n", 8, 1, maxTokens, "tokens each sequence decodes")
+	promptLen := intFlag(fs, "prompt", 8, 1, maxTokens, "prompt tokens per sequence")
 	small := fs.Bool("small", false, "use the small demo shape instead of TinyLlama's (quick check)")
-	if err := parse(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	shape := synth.TinyLlama
@@ -37,9 +37,12 @@ func benchDecode(args []string, stdout, stderr io.Writer) error {
 	}
 	t, ok := parseType(*typ)
 	if !ok {
-		return fmt.Errorf("--type %q is not a weight type kvscope can compute with", *typ)
+		return fs.usageErr("--type %q is not a weight type kvscope can compute with", *typ)
 	}
 	shape.Type = t
+	if *promptLen+*n >= shape.Context {
+		return fs.usageErr("--prompt %d and -n %d: together they must stay below the model's context of %d tokens", *promptLen, *n, shape.Context)
+	}
 	t0 := time.Now()
 	f, err := synth.Open(shape, 1)
 	if err != nil {

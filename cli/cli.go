@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -26,38 +27,50 @@ var Commands = []Command{
 	{"bench", "measure the cache (bench cache) and decode speed (bench decode)", benchCmd},
 }
 
-// errUsage marks an error caused by the command line; the flag set has
-// already printed its usage.
-var errUsage = errors.New("usage error")
-
 // Main runs the subcommand named by args[0] and returns the process exit
-// code: 0 on success, 2 for a bad command line, 1 for other errors.
-func Main(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+// code: 0 on success, 2 for a bad command line, 1 for other errors. Every
+// failure prints exactly one line on stderr, naming its cause.
+func Main(args []string, stdout, stderr io.Writer) (code int) {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "kvscope: no command given (run 'kvscope help' for the list)")
+		return 2
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		Usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
 		return 0
 	}
-	for _, c := range Commands {
-		if c.Name == args[0] {
-			err := c.Run(args[1:], stdout, stderr)
-			switch {
-			case err == nil:
-				return 0
-			case errors.Is(err, flag.ErrHelp):
-				return 0
-			case errors.Is(err, errUsage):
-				return 2
-			}
-			fmt.Fprintf(stderr, "kvscope %s: %v\n", c.Name, err)
-			return 1
+	var cmd *Command
+	for i := range Commands {
+		if Commands[i].Name == args[0] {
+			cmd = &Commands[i]
 		}
 	}
-	fmt.Fprintf(stderr, "kvscope: unknown command %q\n", args[0])
-	Usage(stderr)
-	return 2
+	if cmd == nil {
+		fmt.Fprintf(stderr, "kvscope: unknown command %q (run 'kvscope help' for the list)\n", args[0])
+		return 2
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "kvscope %s: internal error: %s\n", cmd.Name, firstLine(fmt.Sprint(r)))
+			code = 1
+		}
+	}()
+	err := cmd.Run(args[1:], stdout, stderr)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "kvscope %s: %s\n", cmd.Name, firstLine(err.Error()))
+	if _, ok := errors.AsType[*usageError](err); ok {
+		return 2
+	}
+	return 1
+}
+
+// firstLine is s up to its first line break: an error's message without
+// the stack trace or detail some errors carry after it.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(s)
 }
 
 // Usage prints the list of commands.
@@ -70,44 +83,81 @@ func Usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'kvscope COMMAND -h' for a command's flags.")
 }
 
-// newFlags returns a flag set that reports errors instead of exiting.
-func newFlags(name, args string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: kvscope %s %s\n", name, args)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parse parses args, turning flag errors into errUsage.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	return nil
-}
-
-// requireModel checks the -m flag.
+// requireModel checks that the -m flag was given; opening the file says
+// what else is wrong with it.
 func requireModel(path string) error {
 	if path == "" {
 		return fmt.Errorf("no model given: pass -m FILE.gguf")
 	}
-	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("model file: %w", err)
-	}
 	return nil
 }
 
-// multiFlag collects a repeated string flag.
-type multiFlag []string
+// fileErr turns an error of os.Stat or os.Open on the file of flag name
+// into "-name PATH: what went wrong"; other errors (which name the file
+// themselves) pass unchanged.
+func fileErr(name string, err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok && (pe.Op == "stat" || pe.Op == "open") {
+		return fmt.Errorf("-%s %s: %w", name, pe.Path, pe.Err)
+	}
+	return err
+}
 
-func (m *multiFlag) String() string     { return strings.Join(*m, ", ") }
-func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+// readText reads the text file of flag -f, refusing what is not a regular
+// file (a named pipe would block for ever) or is larger than maxTextSize.
+func readText(path string) (string, error) {
+	if path == "" {
+		return "", fmt.Errorf("no text file given: pass -f FILE")
+	}
+	fd, err := openRegular(path)
+	if err != nil {
+		return "", err
+	}
+	defer fd.Close()
+	b, err := io.ReadAll(io.LimitReader(fd, maxTextSize+1))
+	if err != nil {
+		return "", fmt.Errorf("-f %s: %w", path, err)
+	}
+	if len(b) > maxTextSize {
+		return "", fmt.Errorf("-f %s: the text is larger than %d MiB", path, maxTextSize>>20)
+	}
+	return string(b), nil
+}
+
+// openRegular opens path for reading if it is a regular file, checking
+// before the open (which blocks on a named pipe) and after it.
+func openRegular(path string) (*os.File, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fileErr("f", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("-f %s is %s, not a text file", path, fileKind(st.Mode()))
+	}
+	fd, err := os.Open(path)
+	if err != nil {
+		return nil, fileErr("f", err)
+	}
+	if st, err = fd.Stat(); err != nil || !st.Mode().IsRegular() {
+		fd.Close()
+		return nil, fmt.Errorf("-f %s: not a regular file", path)
+	}
+	return fd, nil
+}
+
+// fileKind names a non-regular file mode.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "not a regular file"
+}
 
 // sortedKeys returns a map's keys in order.
 func sortedKeys[V any](m map[string]V) []string {

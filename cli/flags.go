@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 
 	"github.com/dustin/go-humanize"
@@ -12,26 +15,209 @@ import (
 	"kvscope/engine/kvstore"
 )
 
-// cacheFlagSet holds the K/V cache flags shared by run and perplexity.
-type cacheFlagSet struct {
-	blockSize                         *int
-	budget, k, v                      *string
-	allocator, eviction, preempt, ovf *string
-	ctx                               *int
+// Upper bounds of the count flags. Each is far above any real use and far
+// below what would overflow the int64 arithmetic it feeds (a count times a
+// block's bytes, say).
+const (
+	maxTokens   = 1 << 24 // -n, -c: model.ReadConfig's largest context
+	maxParallel = 1024    // --parallel
+	maxPrompts  = 1024    // repeated -p
+	maxTopK     = 1 << 24 // --top-k: no vocabulary is larger
+	maxBudget   = 1 << 40 // --cache-budget: 1 TiB
+	maxTextSize = 1 << 28 // -f: 256 MiB of text
+)
+
+// usageError is a bad command line: Main prints it with a hint and exits 2.
+type usageError struct {
+	cmd string
+	err error
 }
 
-func addCacheFlags(fs *flag.FlagSet) cacheFlagSet {
-	return cacheFlagSet{
-		blockSize: fs.Int("block-size", 16, "K/V cache block size in tokens (1..256)"),
-		budget:    fs.String("cache-budget", "auto", "K/V cache memory, with units (e.g. 64MiB), or auto"),
-		k:         fs.String("cache-k", "f16", "K cache precision: "+precisionNames()),
-		v:         fs.String("cache-v", "f16", "V cache precision: "+precisionNames()),
-		allocator: fs.String("allocator", "paged", "cache allocator: paged or contiguous"),
-		eviction:  fs.String("eviction", "lru", "eviction policy for cached blocks: lru, lfu or fifo"),
-		preempt:   fs.String("preempt", "recompute", "preemption mode when the cache is full: recompute or swap"),
-		ovf:       fs.String("overflow", "stop", "at the context limit: stop, rolling or truncate"),
-		ctx:       fs.Int("c", 0, "context length in tokens (0: the model's)"),
+func (u *usageError) Error() string {
+	return fmt.Sprintf("%v (see 'kvscope %s -h')", u.err, u.cmd)
+}
+
+func (u *usageError) Unwrap() error { return u.err }
+
+// flagSet is a command's flag set: it reports errors as one usageError
+// instead of printing them with the usage, and prints the usage on -h.
+type flagSet struct {
+	*flag.FlagSet
+	name, synopsis string
+	stderr         io.Writer
+}
+
+// newFlags returns the flag set of command name, whose synopsis (its
+// arguments) the usage shows.
+func newFlags(name, synopsis string, stderr io.Writer) *flagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, name: name, synopsis: synopsis, stderr: stderr}
+}
+
+// usage prints the synopsis and the flags.
+func (f *flagSet) usage() {
+	fmt.Fprintf(f.stderr, "usage: kvscope %s %s\n", f.name, f.synopsis)
+	f.SetOutput(f.stderr)
+	f.PrintDefaults()
+	f.SetOutput(io.Discard)
+}
+
+// usageErr wraps err as a usage error of this command.
+func (f *flagSet) usageErr(format string, a ...any) error {
+	return &usageError{cmd: f.name, err: fmt.Errorf(format, a...)}
+}
+
+// parse parses args, which must hold only flags.
+func (f *flagSet) parse(args []string) error {
+	if err := f.parseArgs(args); err != nil {
+		return err
 	}
+	if f.NArg() > 0 {
+		return f.usageErr("unexpected argument %q: every input goes with a flag, before any other argument", f.Arg(0))
+	}
+	return nil
+}
+
+// parseArgs parses args, leaving the arguments after the flags in Args.
+func (f *flagSet) parseArgs(args []string) error {
+	err := f.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		f.usage()
+		return err
+	}
+	if err != nil {
+		return &usageError{cmd: f.name, err: err}
+	}
+	return nil
+}
+
+// integer is an integer flag's value, refused outside lo..hi.
+type integer[T int | int64] struct {
+	p      *T
+	lo, hi T
+}
+
+func (v *integer[T]) String() string {
+	if v == nil || v.p == nil {
+		return ""
+	}
+	return strconv.FormatInt(int64(*v.p), 10)
+}
+
+func (v *integer[T]) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < int64(v.lo) || n > int64(v.hi) {
+		return fmt.Errorf("want an integer from %d to %d", v.lo, v.hi)
+	}
+	*v.p = T(n)
+	return nil
+}
+
+// intVar defines an integer flag stored in p (which holds its default),
+// limited to lo..hi; the usage gets the range appended.
+func intVar[T int | int64](f *flagSet, p *T, name string, lo, hi T, usage string) {
+	f.Var(&integer[T]{p: p, lo: lo, hi: hi}, name, fmt.Sprintf("%s; %d to %d", usage, lo, hi))
+}
+
+// intFlag is intVar with a new variable set to def.
+func intFlag(f *flagSet, name string, def, lo, hi int, usage string) *int {
+	p := new(int)
+	*p = def
+	intVar(f, p, name, lo, hi, usage)
+	return p
+}
+
+// real is a float flag's value, refused outside its range (and NaN or
+// infinite).
+type real struct {
+	p      *float64
+	lo, hi float64
+	loOpen bool // lo itself is refused
+}
+
+func (v *real) String() string {
+	if v == nil || v.p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*v.p, 'g', -1, 64)
+}
+
+func (v *real) Set(s string) error {
+	x, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(x >= v.lo && x <= v.hi) || (v.loOpen && x == v.lo) {
+		return fmt.Errorf("want a number %s", v.rangeText())
+	}
+	*v.p = x
+	return nil
+}
+
+func (v *real) rangeText() string {
+	if v.loOpen {
+		return fmt.Sprintf("above %g, at most %g", v.lo, v.hi)
+	}
+	return fmt.Sprintf("from %g to %g", v.lo, v.hi)
+}
+
+// floatFlag defines a float flag limited to lo..hi (above lo when loOpen).
+func floatFlag(f *flagSet, name string, def, lo, hi float64, loOpen bool, usage string) *float64 {
+	v := &real{p: new(float64), lo: lo, hi: hi, loOpen: loOpen}
+	*v.p = def
+	f.Var(v, name, usage+"; "+v.rangeText())
+	return v.p
+}
+
+// size is a byte size flag: a number with an optional unit (512MiB, 2GB),
+// more than 0 and at most maxBudget, or "auto" (0).
+type size struct{ p *int64 }
+
+func (v *size) String() string {
+	if v == nil || v.p == nil || *v.p == 0 {
+		return "auto"
+	}
+	return humanize.IBytes(uint64(*v.p))
+}
+
+func (v *size) Set(s string) error {
+	if s == "auto" {
+		*v.p = 0
+		return nil
+	}
+	b, err := humanize.ParseBytes(s)
+	if err != nil || strings.TrimSpace(s) != s || b == 0 || b > maxBudget {
+		return fmt.Errorf("want a size such as 512MiB or 2GB, above 0 and at most %s, or auto", humanize.IBytes(maxBudget))
+	}
+	*v.p = int64(b)
+	return nil
+}
+
+// choice defines a flag whose value parse turns into *p (which holds the
+// default, named def in the usage).
+func choice[T any](f *flagSet, p *T, name, def, usage string, parse func(string) (T, error)) {
+	f.Func(name, fmt.Sprintf("%s (default %s)", usage, def), func(s string) error {
+		v, err := parse(s)
+		if err != nil {
+			return err
+		}
+		*p = v
+		return nil
+	})
+}
+
+// addCacheFlags defines the K/V cache flags shared by run and perplexity,
+// which write into cfg (holding the defaults).
+func addCacheFlags(f *flagSet, cfg *engine.Config) {
+	c := &cfg.Cache
+	intVar(f, &c.BlockSize, "block-size", 1, kvstore.MaxBlockSize, "K/V cache block size in tokens")
+	f.Var(&size{&c.Budget}, "cache-budget", "K/V cache memory, with units (e.g. 64MiB), or auto")
+	choice(f, &c.K, "cache-k", c.K.String(), "K cache precision: "+precisionNames(), kvstore.ParsePrecision)
+	choice(f, &c.V, "cache-v", c.V.String(), "V cache precision: "+precisionNames(), kvstore.ParsePrecision)
+	choice(f, &c.Allocator, "allocator", "paged", "cache allocator: paged or contiguous", kvcache.ParseAllocator)
+	choice(f, &c.Eviction, "eviction", "lru", "eviction policy for cached blocks: lru, lfu or fifo", kvcache.ParseEvictionPolicy)
+	choice(f, &c.Preempt, "preempt", "recompute", "preemption mode when the cache is full: recompute or swap", kvcache.ParsePreemptMode)
+	choice(f, &c.Overflow, "overflow", "stop", "at the context limit: stop, rolling or truncate", kvcache.ParseOverflowPolicy)
+	intVar(f, &cfg.Context, "c", 0, maxTokens, "context length in tokens (0: the model's)")
 }
 
 func precisionNames() string {
@@ -40,45 +226,4 @@ func precisionNames() string {
 		names = append(names, p.String())
 	}
 	return strings.Join(names, ", ")
-}
-
-// config turns the flags into an engine configuration.
-func (c cacheFlagSet) config() (engine.Config, error) {
-	cfg := engine.DefaultConfig()
-	cc := &cfg.Cache
-	cc.BlockSize = *c.blockSize
-	if *c.budget != "auto" && *c.budget != "" {
-		b, err := humanize.ParseBytes(*c.budget)
-		if err != nil {
-			return cfg, fmt.Errorf("--cache-budget %q: %v (write e.g. 512MiB, 2GB or auto)", *c.budget, err)
-		}
-		if b == 0 {
-			return cfg, fmt.Errorf("--cache-budget must be more than 0 bytes (or auto)")
-		}
-		cc.Budget = int64(b)
-	}
-	var err error
-	if cc.K, err = kvstore.ParsePrecision(*c.k); err != nil {
-		return cfg, fmt.Errorf("--cache-k: %w", err)
-	}
-	if cc.V, err = kvstore.ParsePrecision(*c.v); err != nil {
-		return cfg, fmt.Errorf("--cache-v: %w", err)
-	}
-	if cc.Allocator, err = kvcache.ParseAllocator(*c.allocator); err != nil {
-		return cfg, fmt.Errorf("--allocator: %w", err)
-	}
-	if cc.Eviction, err = kvcache.ParseEvictionPolicy(*c.eviction); err != nil {
-		return cfg, fmt.Errorf("--eviction: %w", err)
-	}
-	if cc.Preempt, err = kvcache.ParsePreemptMode(*c.preempt); err != nil {
-		return cfg, fmt.Errorf("--preempt: %w", err)
-	}
-	if cc.Overflow, err = kvcache.ParseOverflowPolicy(*c.ovf); err != nil {
-		return cfg, fmt.Errorf("--overflow: %w", err)
-	}
-	if cc.BlockSize < 1 || cc.BlockSize > kvstore.MaxBlockSize {
-		return cfg, fmt.Errorf("--block-size %d: the block size must be 1 to %d tokens", cc.BlockSize, kvstore.MaxBlockSize)
-	}
-	cfg.Context = *c.ctx
-	return cfg, nil
 }

@@ -17,7 +17,7 @@ import (
 func infoCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("info", "-m FILE", stderr)
 	path := fs.String("m", "", "GGUF model `file`")
-	if err := parse(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if err := requireModel(*path); err != nil {
@@ -25,7 +25,7 @@ func infoCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	m, err := model.Load(*path)
 	if err != nil {
-		return err
+		return fileErr("m", err)
 	}
 	defer m.Close()
 	f := m.File
@@ -97,7 +97,7 @@ func tokenizeCmd(args []string, stdout, stderr io.Writer) error {
 	noBOS := fs.Bool("no-bos", false, "do not add BOS (or other special tokens the model adds)")
 	special := fs.Bool("parse-special", false, "turn special-token text such as <s> into those tokens")
 	file := fs.String("f", "", "read the text from `file`")
-	if err := parse(fs, args); err != nil {
+	if err := fs.parseArgs(args); err != nil {
 		return err
 	}
 	if err := requireModel(*path); err != nil {
@@ -108,11 +108,10 @@ func tokenizeCmd(args []string, stdout, stderr io.Writer) error {
 	case *file != "" && fs.NArg() > 0:
 		return fmt.Errorf("give the text either as an argument or with -f, not both")
 	case *file != "":
-		b, err := os.ReadFile(*file)
-		if err != nil {
+		var err error
+		if text, err = readText(*file); err != nil {
 			return err
 		}
-		text = string(b)
 	case fs.NArg() > 0:
 		text = strings.Join(fs.Args(), " ")
 	default:
@@ -136,7 +135,7 @@ func tokenizeCmd(args []string, stdout, stderr io.Writer) error {
 func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fileErr("m", err)
 	}
 	defer f.Close()
 	tok, err := tokenizer.FromGGUF(f)

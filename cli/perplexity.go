@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 
 	"kvscope/engine"
 	"kvscope/engine/kvcache"
@@ -17,16 +16,16 @@ func perplexityCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("perplexity", "-m FILE -f TEXTFILE", stderr)
 	path := fs.String("m", "", "GGUF model `file`")
 	file := fs.String("f", "", "text `file` to score")
-	cf := addCacheFlags(fs)
-	if err := parse(fs, args); err != nil {
+	cfg := engine.DefaultConfig()
+	addCacheFlags(fs, &cfg)
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if err := requireModel(*path); err != nil {
 		return err
 	}
-	cfg, err := cf.config()
-	if err != nil {
-		return err
+	if cfg.Context == 1 {
+		return fs.usageErr("-c 1: a window of 1 token scores nothing; give at least 2 (or 0 for the model's context)")
 	}
 	l, ids, err := loadText(*path, *file)
 	if err != nil {
@@ -43,12 +42,10 @@ func perplexityCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// loadText loads a model and tokenizes a text file with it (BOS first).
+// loadText reads a text file, loads a model and tokenizes the text with it
+// (BOS first).
 func loadText(model, file string) (*loaded, []int, error) {
-	if file == "" {
-		return nil, nil, fmt.Errorf("no text file given: pass -f FILE")
-	}
-	text, err := os.ReadFile(file)
+	text, err := readText(file)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -56,73 +53,95 @@ func loadText(model, file string) (*loaded, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return l, l.tok.Encode(string(text), true, false), nil
+	return l, l.tok.Encode(text, true, false), nil
 }
 
 // perplexity scores ids (which start with BOS) as one sequence, split into
 // consecutive windows of the context length when longer, each run on a fresh
 // cache: it returns exp of the mean negative log-likelihood of every token
 // after the first of its window, how many tokens were scored, and the
-// window length.
+// window length. It keeps no logits: each position's are reduced to the
+// log-probability of the next token as they come.
 func perplexity(m *model.Model, ids []int, cfg engine.Config) (float64, int, int, error) {
 	if len(ids) < 2 {
 		return 0, 0, 0, fmt.Errorf("the text has %d tokens; at least 2 are needed", len(ids))
 	}
 	ctx := m.Context
-	if cfg.Context > 0 {
-		ctx = min(ctx, cfg.Context)
+	if cfg.Context > m.Context {
+		return 0, 0, 0, fmt.Errorf("-c %d is outside 2..%d, the model's training context", cfg.Context, m.Context)
 	}
-	var nll float64
-	var n int
-	var lp []float32
+	if cfg.Context > 0 {
+		ctx = cfg.Context
+	}
+	if ctx < 2 {
+		return 0, 0, 0, fmt.Errorf("a context of %d token scores nothing; at least 2 are needed", ctx)
+	}
+	var acc nllSum
 	for lo := 0; lo < len(ids)-1; lo += ctx {
 		win := ids[lo:min(lo+ctx, len(ids))]
 		if len(win) < 2 {
 			break
 		}
-		logits, err := teacherForced(m, win, cfg.Cache, ctx)
+		err := teacherForced(m, win, cfg.Cache, ctx, func(i int, logits []float32) {
+			if i+1 < len(win) {
+				acc.add(logits, win[i+1])
+			}
+		})
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		for i := range len(win) - 1 {
-			lp = sample.LogSoftmax(lp, logits[i])
-			nll -= float64(lp[win[i+1]])
-			n++
-		}
 	}
-	return math.Exp(nll / float64(n)), n, ctx, nil
+	return acc.perplexity(), acc.n, ctx, nil
 }
 
+// nllSum accumulates the negative log-likelihood of tokens, one position's
+// logits at a time, in one vocabulary-sized buffer.
+type nllSum struct {
+	lp  []float32 // log-softmax scratch, reused
+	nll float64
+	n   int
+}
+
+// add scores token next under logits.
+func (s *nllSum) add(logits []float32, next int) {
+	s.lp = sample.LogSoftmax(s.lp, logits)
+	s.nll -= float64(s.lp[next])
+	s.n++
+}
+
+// perplexity is exp of the mean negative log-likelihood (NaN before any add).
+func (s *nllSum) perplexity() float64 { return math.Exp(s.nll / float64(s.n)) }
+
 // maxRows bounds the rows of one forward call, which bounds its scratch
-// memory on long texts.
+// memory (and its logits) on long texts.
 const maxRows = 256
 
 // teacherForced runs ids as one sequence through a fresh cache with the
 // given settings (its block table comes from a real cache manager) and
-// returns the logits of every position.
-func teacherForced(m *model.Model, ids []int, c engine.CacheConfig, ctx int) ([][]float32, error) {
+// calls each with every position's logits, in order; the logits are not
+// kept after each returns.
+func teacherForced(m *model.Model, ids []int, c engine.CacheConfig, ctx int, each func(pos int, logits []float32)) error {
 	sc, _, err := engine.PoolConfig(m, c, ctx, 1)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	st, err := kvstore.New(sc)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	mgr, err := kvcache.New(kvcache.Config{BlockSize: sc.BlockSize, BlockBytes: kvstore.BlockBytes(sc), Budget: int64(sc.Blocks) * int64(kvstore.BlockBytes(sc)),
 		Allocator: c.Allocator, Eviction: c.Eviction, MaxLen: len(ids)}, st)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	toks := make([]int32, len(ids))
 	for i, id := range ids {
 		toks[i] = int32(id)
 	}
 	if _, err := mgr.Allocate(1, toks, kvcache.SeqOptions{}); err != nil {
-		return nil, fmt.Errorf("the %d-token window does not fit the cache: %w", len(ids), err)
+		return fmt.Errorf("the %d-token window does not fit the cache: %w", len(ids), err)
 	}
 	table := mgr.BlockTable(1)
-	var out [][]float32
 	var b model.Batch
 	for lo := 0; lo < len(ids); lo += maxRows {
 		b.Reset()
@@ -131,11 +150,13 @@ func teacherForced(m *model.Model, ids []int, c engine.CacheConfig, ctx int) ([]
 		}
 		logits, err := m.Forward(st, &b)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, logits...)
+		for i, row := range logits {
+			each(lo+i, row)
+		}
 	}
-	return out, nil
+	return nil
 }
 
 // klDiv returns KL(softmax(p) ‖ softmax(q)).

@@ -2,54 +2,60 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"kvscope/engine"
 	"kvscope/engine/sample"
 )
 
+// defaultTokens is run's -n default.
+const defaultTokens = 256
+
 func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("run", "-m FILE -p PROMPT [-p PROMPT ...] [-n N] [--temp T] [--seed S]", stderr)
 	model := fs.String("m", "", "GGUF model `file`")
-	var prompts multiFlag
-	fs.Var(&prompts, "p", "a `prompt`; repeat -p to run several at once")
-	n := fs.Int("n", -1, "tokens to generate per prompt (-1: until end of text or a full context)")
+	var ps prompts
+	fs.Var(&ps, "p", fmt.Sprintf("a `prompt`; repeat -p to run up to %d at once", maxPrompts))
+	n := intFlag(fs, "n", defaultTokens, 1, maxTokens, "most tokens to generate per prompt (generation also ends at end of text, and with --overflow stop at the full context)")
+	special := fs.Bool("parse-special", false, "turn special-token text in the prompts, such as <s>, into those tokens")
 	sp := sample.DefaultParams()
-	temp := fs.Float64("temp", float64(sp.Temperature), "temperature (0: greedy)")
-	seed := fs.Int64("seed", -1, "random seed (-1: random)")
-	topK := fs.Int("top-k", sp.TopK, "top-k sampling (0: off)")
-	topP := fs.Float64("top-p", float64(sp.TopP), "top-p sampling (1: off)")
-	minP := fs.Float64("min-p", float64(sp.MinP), "min-p sampling (0: off)")
-	rep := fs.Float64("repeat-penalty", float64(sp.RepeatPenalty), "repetition penalty (1: off)")
-	parallel := fs.Int("parallel", 8, "most sequences decoding at once")
-	cf := addCacheFlags(fs)
-	if err := parse(fs, args); err != nil {
+	temp := floatFlag(fs, "temp", float64(sp.Temperature), 0, 100, false, "temperature (0: greedy)")
+	seed := int64(-1)
+	intVar(fs, &seed, "seed", -1, math.MaxInt64, "random seed (-1: random)")
+	intVar(fs, &sp.TopK, "top-k", 0, maxTopK, "top-k sampling (0: off)")
+	topP := floatFlag(fs, "top-p", float64(sp.TopP), 0, 1, true, "top-p sampling (1: off)")
+	minP := floatFlag(fs, "min-p", float64(sp.MinP), 0, 1, false, "min-p sampling (0: off)")
+	rep := floatFlag(fs, "repeat-penalty", float64(sp.RepeatPenalty), 0, 100, true, "repetition penalty (1: off)")
+	cfg := engine.DefaultConfig()
+	intVar(fs, &cfg.Sched.MaxSeqs, "parallel", 1, maxParallel, "most sequences decoding at once")
+	addCacheFlags(fs, &cfg)
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if err := requireModel(*model); err != nil {
 		return err
 	}
-	if len(prompts) == 0 {
+	if len(ps) == 0 {
 		return fmt.Errorf("no prompt given: pass -p PROMPT")
 	}
-	sp.Temperature, sp.TopK, sp.TopP, sp.MinP, sp.RepeatPenalty = float32(*temp), *topK, float32(*topP), float32(*minP), float32(*rep)
-	sp.Seed = uint64(*seed)
-	if *seed < 0 {
+	sp.Temperature, sp.TopP, sp.MinP, sp.RepeatPenalty = float32(*temp), float32(*topP), float32(*minP), float32(*rep)
+	sp.Seed = uint64(seed)
+	if seed < 0 {
 		sp.Seed = rand.Uint64()
 	}
 	if err := sp.Validate(); err != nil {
 		return err
 	}
-	cfg, err := cf.config()
-	if err != nil {
-		return err
-	}
-	cfg.Sched.MaxSeqs = *parallel
-	cfg.Sched.StepTokens = max(cfg.Sched.StepTokens, *parallel)
+	cfg.Sched.StepTokens = max(cfg.Sched.StepTokens, cfg.Sched.MaxSeqs)
 	l, err := load(*model)
 	if err != nil {
 		return err
@@ -61,36 +67,76 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer e.Close()
 
-	maxTokens := max(*n, 0)
 	t0 := time.Now()
-	streams := make([]*engine.Stream, len(prompts))
-	for i, p := range prompts {
-		s, err := e.Submit(context.Background(), engine.Request{Prompt: p, MaxTokens: maxTokens, Sampling: &sp, Label: fmt.Sprintf("prompt %d", i+1)})
-		if err != nil {
-			if len(prompts) > 1 {
-				return fmt.Errorf("prompt %d: %w", i+1, err)
-			}
-			return err
-		}
-		streams[i] = s
+	streams := make([]*engine.Stream, len(ps))
+	failed := make([]error, len(ps))
+	for i, p := range ps {
+		streams[i], failed[i] = e.Submit(context.Background(), engine.Request{Prompt: p, ParseSpecial: *special, MaxTokens: *n, Sampling: &sp, Label: fmt.Sprintf("prompt %d", i+1)})
 	}
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
-	if len(prompts) == 1 {
-		return streamOne(out, stderr, prompts[0], streams[0], t0)
+	if len(ps) == 1 {
+		if failed[0] != nil {
+			return failed[0]
+		}
+		return streamOne(out, stderr, ps[0], streams[0], t0)
 	}
 	// Several prompts run together; print each when it is complete.
 	total := 0
 	for i, s := range streams {
-		texts, finals := s.Collect()
-		fmt.Fprintf(out, "### prompt %d\n%s%s\n", i+1, prompts[i], texts[0])
-		if f := finals[0]; f.Reason == engine.FinishError {
-			fmt.Fprintf(out, "(failed: %v)\n", f.Err)
+		var text string
+		if s != nil {
+			texts, finals := s.Collect()
+			text = texts[0]
+			if f := finals[0]; f.Reason == engine.FinishError {
+				failed[i] = f.Err
+			}
+			total += finals[0].Generated
 		}
-		total += finals[0].Generated
+		fmt.Fprintf(out, "### prompt %d\n%s%s\n", i+1, ps[i], text)
+		if failed[i] != nil {
+			fmt.Fprintf(out, "(failed: %s)\n", firstLine(failed[i].Error()))
+		}
 	}
 	d := time.Since(t0)
-	fmt.Fprintf(out, "### %d prompts: %d tokens generated in %.3f s, %.1f tokens/s aggregate\n", len(prompts), total, d.Seconds(), rate(total, d))
+	fmt.Fprintf(out, "### %d prompts: %d tokens generated in %.3f s, %.1f tokens/s aggregate\n", len(ps), total, d.Seconds(), rate(total, d))
+	return failures(failed)
+}
+
+// failures sums up the prompts that failed (nil where none did): how many,
+// which, and the first one's error.
+func failures(errs []error) error {
+	var which []string
+	var first error
+	for i, err := range errs {
+		if err != nil {
+			which = append(which, strconv.Itoa(i+1))
+			first = cmp.Or(first, err)
+		}
+	}
+	switch len(which) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("prompt %s of %d failed: %w", which[0], len(errs), first)
+	}
+	return fmt.Errorf("prompts %s of %d failed; prompt %s: %w", strings.Join(which, ", "), len(errs), which[0], first)
+}
+
+// prompts collects run's -p flags, refusing an empty prompt and more than
+// maxPrompts.
+type prompts []string
+
+func (p *prompts) String() string { return strings.Join(*p, ", ") }
+
+func (p *prompts) Set(s string) error {
+	switch {
+	case s == "":
+		return errors.New("the prompt is empty")
+	case len(*p) == maxPrompts:
+		return fmt.Errorf("at most %d prompts at once", maxPrompts)
+	}
+	*p = append(*p, s)
 	return nil
 }
 

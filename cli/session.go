@@ -17,7 +17,7 @@ type loaded struct {
 func load(path string) (*loaded, error) {
 	m, err := model.Load(path)
 	if err != nil {
-		return nil, err
+		return nil, fileErr("m", err)
 	}
 	tok, err := tokenizer.FromGGUF(m.File)
 	if err != nil {
