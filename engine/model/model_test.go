@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"kvscope/engine/backend"
 	"kvscope/engine/kvstore"
 	"kvscope/engine/sample"
 	"kvscope/internal/testshared"
@@ -210,6 +211,22 @@ func TestForwardErrors(t *testing.T) {
 	}
 }
 
+// ropeAt rotates the heads of x for position pos with the Go backend.
+func ropeAt(t *testing.T, m *Model, x []float32, pos int) {
+	t.Helper()
+	be := backend.Go()
+	b, err := be.NewBuffer(len(x))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be.Write(b, 0, x)
+	r := m.rope()
+	be.RoPE(b, len(x)/m.HeadDim, []int32{int32(pos)}, &r)
+	if err := be.Read(x, b, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestShiftKeys checks that re-positioning cached keys by -s equals writing
 // them at position p-s in the first place.
 func TestShiftKeys(t *testing.T) {
@@ -227,7 +244,7 @@ func TestShiftKeys(t *testing.T) {
 			raw[p][i] = float32((p*31+i*7)%17)/8 - 1
 		}
 		k := append([]float32(nil), raw[p]...)
-		m.rope(k, p)
+		ropeAt(t, m, k, p)
 		for l := range m.Layers {
 			kv.Write(l, blocks[p/4], p%4, k, raw[p])
 		}
@@ -237,7 +254,7 @@ func TestShiftKeys(t *testing.T) {
 	got := make([]float32, m.KVHeads*4*m.HeadDim)
 	for p := 10; p < 20; p++ {
 		want := append([]float32(nil), raw[p]...)
-		m.rope(want, p-shift)
+		ropeAt(t, m, want, p-shift)
 		kv.ReadK(m.Layers-1, blocks[p/4], 4, got)
 		for h := range m.KVHeads {
 			for d := range m.HeadDim {
@@ -251,7 +268,7 @@ func TestShiftKeys(t *testing.T) {
 	// Keys before the range are untouched.
 	kv.ReadK(0, blocks[0], 4, got)
 	k0 := append([]float32(nil), raw[1]...)
-	m.rope(k0, 1)
+	ropeAt(t, m, k0, 1)
 	if got[1*m.HeadDim] != k0[0] {
 		t.Errorf("key at position 1 changed: %v, want %v", got[1*m.HeadDim], k0[0])
 	}

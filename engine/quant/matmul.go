@@ -68,6 +68,7 @@ func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error 
 	}
 	chunk := (max(8, rows/(8*workers)) + 7) &^ 7 // whole 8-row tiles
 	var next atomic.Int64
+	shared := m // only the parallel path moves the operands to the heap
 	work := func() {
 		for {
 			r1 := int(next.Add(int64(chunk)))
@@ -75,7 +76,7 @@ func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error 
 			if r0 >= rows {
 				return
 			}
-			m.do(r0, min(r1, rows))
+			shared.do(r0, min(r1, rows))
 		}
 	}
 	var wg sync.WaitGroup
