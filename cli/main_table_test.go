@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -277,5 +278,35 @@ func TestMainHelp(t *testing.T) {
 	_, _, stderr := run(t, "run", "-h")
 	if !strings.Contains(stderr, "(default 256)") || !strings.Contains(stderr, "1 to 16777216") {
 		t.Errorf("run -h does not show -n's default and range:\n%s", stderr)
+	}
+}
+
+// TestFirstLine checks that an error's message is cut to one line.
+func TestFirstLine(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"plain", "plain"},
+		{"engine failure: boom\ngoroutine 7 [running]:\nmain.f()", "engine failure: boom"},
+		{"\n  padded  \nrest", "padded"},
+		{"", ""},
+	} {
+		if got := firstLine(tc.in); got != tc.want {
+			t.Errorf("firstLine(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestMainRecoversPanic checks that a command that panics still ends in
+// one line and exit 1, not a stack trace.
+func TestMainRecoversPanic(t *testing.T) {
+	saved := Commands
+	defer func() { Commands = saved }()
+	Commands = append(Commands[:len(Commands):len(Commands)], Command{"boom", "panics", func([]string, io.Writer, io.Writer) error {
+		var m map[string]int
+		m["x"]++
+		return nil
+	}})
+	code, _, stderr := run(t, "boom")
+	if code != 1 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "kvscope boom: internal error: assignment to entry in nil map") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
