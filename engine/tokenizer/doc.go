@@ -33,13 +33,17 @@
 // llama.cpp has hand-written splitters for the GPT-2 and Llama 3 patterns;
 // we port those (splitGPT2, splitLlama3) because llama.cpp's results, not the
 // regular expressions', are what must match. The other patterns (Qwen 2, the
-// "default" BPE steps, DeepSeek, StarCoder) need lookahead such as
-// \s+(?!\S), which Go's regexp (RE2) lacks, so they run on
-// github.com/dlclark/regexp2, a backtracking engine with the same
-// leftmost-first alternation as C++'s std::regex. Like llama.cpp, patterns
-// that use \p{L}, \p{N} ... run over "collapsed" text in which each
-// non-ASCII code point stands as one character per Unicode category, so the
-// patterns only need ASCII classes; \s is spelled out as ASCII whitespace,
+// "default" BPE steps, DeepSeek, StarCoder) llama.cpp runs on std::regex,
+// which backtracks: [\s]+\z or \s*[\r\n]+ costs time quadratic in a run of
+// spaces. We write each as a matcher that tries the pattern's alternatives
+// in order, as a backtracking engine does, but looks at each code point a
+// bounded number of times, so every pre-tokenizer takes time linear in its
+// input. A test
+// checks the matchers against the patterns run by a backtracking engine
+// (github.com/dlclark/regexp2, used only there) on random text. Like
+// llama.cpp, patterns that use \p{L}, \p{N} ... run over "collapsed" text
+// in which each non-ASCII code point stands as one character per Unicode
+// category, so the patterns only need ASCII classes; \s is ASCII whitespace,
 // as std::regex reads it. Code point categories come from Go's unicode
 // package (llama.cpp generates the same categories from UnicodeData.txt).
 //
