@@ -31,8 +31,11 @@ func infoCmd(args []string, stdout, stderr io.Writer) error {
 	f := m.File
 	c := m.Config
 	name, _ := f.String("general.name")
-	st, _ := os.Stat(*path)
-	fmt.Fprintf(stdout, "file:          %s (%s, GGUF v%d)\n", *path, humanize.IBytes(uint64(st.Size())), f.Version)
+	size := "size unknown"
+	if st, err := os.Stat(*path); err == nil {
+		size = humanize.IBytes(uint64(st.Size()))
+	}
+	fmt.Fprintf(stdout, "file:          %s (%s, GGUF v%d)\n", *path, size, f.Version)
 	if name != "" {
 		fmt.Fprintf(stdout, "name:          %s\n", name)
 	}
