@@ -120,7 +120,7 @@ func TestMainRefusesBadInput(t *testing.T) {
 		{r("--preempt", "never"), "flag -preempt"},
 		{r("--overflow", "wrap"), "flag -overflow"},
 		// run: prompts the context cannot hold.
-		{[]string{"run", "-m", m, "-p", long, "-c", "16"}, "context holds 16"},
+		{[]string{"run", "-m", m, "-p", long, "-c", "16", "--overflow", "stop"}, "context holds 16"},
 		{[]string{"run", "-m", m, "-p", "Once", "-p", long, "-c", "16", "-n", "4"}, "prompt 2 of 2 failed"},
 		{[]string{"run", "-m", m, "-p", long, "-p", "Once", "-p", long, "-c", "16", "-n", "4"}, "prompts 1, 3 of 3 failed"},
 
