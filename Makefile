@@ -11,7 +11,7 @@ APT_PKGS := gcc pkg-config libgl1-mesa-dev xorg-dev
 SHOT_PKGS := xvfb xauth
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test fuzz bench screenshot clean
+.PHONY: all deps build run test fuzz bench screenshot clean native
 
 all: build
 
@@ -26,15 +26,22 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
+# native builds the CPU compute library (native/README.md); run, test and
+# bench rebuild it when its C sources change.
+NATIVE_LIB := native/build/libkvscope_cpu.$(if $(filter Darwin,$(shell uname -s)),dylib,so)
+native: $(NATIVE_LIB)
+$(NATIVE_LIB): $(wildcard native/Makefile native/cpu/*.c native/cpu/*.h native/include/*.h)
+	$(MAKE) -C native
+
 build: deps
 	$(GO) build -o $(BIN) .
 
-run: build
+run: build $(NATIVE_LIB)
 	./$(BIN) $(if $(wildcard $(MODEL)),-m $(MODEL))
 
 # test: vet, the whole suite under the race detector, and a few seconds of
 # fuzzing the GGUF reader.
-test: deps
+test: deps $(NATIVE_LIB)
 	$(GO) vet ./...
 	$(GO) test -race ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 5s ./engine/gguf
@@ -46,7 +53,7 @@ fuzz: deps
 # TinyLlama-shaped model next to the machine's bandwidth limit and
 # llama.cpp's figures, the K/V precision and allocator tables, and kernel
 # throughput in GB/s.
-bench: build
+bench: build $(NATIVE_LIB)
 	./$(BIN) bench decode
 	./$(BIN) bench cache
 	@echo "Matrix kernels: MB/s of weights read (bench decode above measured this machine's read bandwidth, the bound for one vector)"

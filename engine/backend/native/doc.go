@@ -1,0 +1,25 @@
+// Package native loads kvscope's native CPU compute library (native/, the
+// C ABI in native/include/kvscope.h) at run time with purego, no cgo, and
+// exposes its kernels as Go functions over slices.
+//
+// Load finds libkvscope_cpu.so (.dylib on macOS), checks its ABI version and
+// returns a *Lib, or a clear error when the library is missing or does not
+// match: the caller then runs the Go kernels (engine/quant and the Go
+// backend) and says so. Every method checks the lengths of its slices
+// against the shapes it is given before calling C, so that C never reads or
+// writes out of bounds; a tensor type or K/V precision the library does not
+// implement gives an error wrapping ErrUnsupported, so the caller can fall
+// back for that tensor alone.
+//
+// The library computes each output in a fixed order that depends neither on
+// the batch, nor on how rows are split among goroutines, nor on the SIMD
+// path, so its results are batch-invariant and identical on every path
+// (SetPath forces one, for tests). Quantized matrix products round the
+// activations to 8 bits first (as llama.cpp does), so they differ from
+// engine/quant's float32 products by about that rounding; the package tests
+// state and check each kernel's bound.
+//
+// Threads: MatMul and Attention split their output rows among GOMAXPROCS
+// goroutines, each making one C call for its range; the library starts no
+// threads of its own (native/README.md has the measurements behind that).
+package native

@@ -1,0 +1,203 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// ABIVersion is the version of native/include/kvscope.h this package speaks.
+const ABIVersion = 1
+
+// ErrNotFound is wrapped by Load's error when no library file exists where
+// it looked.
+var ErrNotFound = errors.New("native library not found")
+
+// ErrUnsupported is wrapped by the error of a call whose tensor type or K/V
+// precision the library does not implement: run the Go kernel instead.
+var ErrUnsupported = errors.New("not implemented by the native library")
+
+// The SIMD paths, numbered as kvscope.h's kvs_path.
+const (
+	PathScalar     = 0
+	PathAVX2       = 1
+	PathAVX512     = 2
+	PathAVX512VNNI = 3
+	PathNEON       = 4
+	numPaths       = 5
+)
+
+// LibName returns the library's file name on this OS.
+func LibName() string {
+	if runtime.GOOS == "darwin" {
+		return "libkvscope_cpu.dylib"
+	}
+	return "libkvscope_cpu.so"
+}
+
+// Lib is a loaded native library. Its methods may be called from several
+// goroutines at once.
+type Lib struct {
+	file string
+
+	abiVersion    func() int32
+	cpuFeatures   func() uint32
+	pathSupported func(int32) int32
+	setPath       func(int32) int32
+	path          func() int32
+	pathName      func(int32) string
+	rowBytes      func(uint32, int64) int64
+	actBytes      func(uint32, int64, int64) int64
+	quantizeActs  func(uint32, unsafe.Pointer, int64, int64, unsafe.Pointer) int32
+	matmul        func(uint32, unsafe.Pointer, int64, int64, int64, int64, unsafe.Pointer, unsafe.Pointer, int64, unsafe.Pointer) int32
+	dequantRows   func(uint32, unsafe.Pointer, int64, int64, int64, unsafe.Pointer) int32
+	rmsnorm       func(unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int64, int64, float32) int32
+	rope          func(unsafe.Pointer, int64, int64, int64, int64, unsafe.Pointer, float32, float32, unsafe.Pointer, int32) int32
+	swiglu        func(unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int64) int32
+	add           func(unsafe.Pointer, unsafe.Pointer, int64) int32
+	kvWrite       func(unsafe.Pointer, int32, int32, int32, unsafe.Pointer) int32
+	attention     func(unsafe.Pointer, unsafe.Pointer, int32, int64, int32, float32, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer) int32
+}
+
+// EnvDir is the environment variable naming a directory to look in first.
+const EnvDir = "KVSCOPE_NATIVE_DIR"
+
+// SearchDirs returns where Load looks when given no directory, in order:
+// $KVSCOPE_NATIVE_DIR, the executable's directory, and native/build under
+// the module root found by walking up from the working directory to go.mod.
+func SearchDirs() []string {
+	var dirs []string
+	if d := os.Getenv(EnvDir); d != "" {
+		dirs = append(dirs, d)
+	}
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+				dirs = append(dirs, filepath.Join(d, "native", "build"))
+				break
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	return dirs
+}
+
+// Load opens the native library in dir, or, when dir is "", in the first of
+// SearchDirs that has it, and checks its ABI version. The error says what
+// was wrong (not found, not loadable, wrong version) in one sentence; a
+// missing library's error wraps ErrNotFound.
+func Load(dir string) (*Lib, error) {
+	dirs := []string{dir}
+	if dir == "" {
+		dirs = SearchDirs()
+	}
+	for _, d := range dirs {
+		f := filepath.Join(d, LibName())
+		if st, err := os.Stat(f); err != nil || !st.Mode().IsRegular() {
+			continue
+		}
+		return open(f)
+	}
+	return nil, fmt.Errorf("native: %w: no %s in %q (build it with make native)", ErrNotFound, LibName(), dirs)
+}
+
+func open(file string) (l *Lib, err error) {
+	h, err := purego.Dlopen(file, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return nil, fmt.Errorf("native: cannot load %s: %v", file, err)
+	}
+	l = &Lib{file: file}
+	syms := []struct {
+		fn   any
+		name string
+	}{
+		{&l.abiVersion, "kvs_abi_version"},
+		{&l.cpuFeatures, "kvs_cpu_features"},
+		{&l.pathSupported, "kvs_path_supported"},
+		{&l.setPath, "kvs_set_path"},
+		{&l.path, "kvs_path"},
+		{&l.pathName, "kvs_path_name"},
+		{&l.rowBytes, "kvs_row_bytes"},
+		{&l.actBytes, "kvs_act_bytes"},
+		{&l.quantizeActs, "kvs_quantize_acts"},
+		{&l.matmul, "kvs_matmul"},
+		{&l.dequantRows, "kvs_dequant_rows"},
+		{&l.rmsnorm, "kvs_rmsnorm"},
+		{&l.rope, "kvs_rope"},
+		{&l.swiglu, "kvs_swiglu"},
+		{&l.add, "kvs_add"},
+		{&l.kvWrite, "kvs_kv_write"},
+		{&l.attention, "kvs_attention"},
+	}
+	// The version first: a library of another version may lack the rest.
+	for i, s := range syms {
+		p, err := purego.Dlsym(h, s.name)
+		if err != nil {
+			return nil, fmt.Errorf("native: %s lacks the function %s, so it is not a kvscope ABI %d library (rebuild it with make native)", file, s.name, ABIVersion)
+		}
+		purego.RegisterFunc(s.fn, p)
+		if i == 0 {
+			if v := l.abiVersion(); v != ABIVersion {
+				return nil, fmt.Errorf("native: %s has ABI version %d but this kvscope needs %d (rebuild it with make native)", file, v, ABIVersion)
+			}
+		}
+	}
+	return l, nil
+}
+
+// File returns the path of the loaded library.
+func (l *Lib) File() string { return l.file }
+
+// Features returns the CPU feature bits the library detected (kvscope.h's
+// KVS_CPU_*).
+func (l *Lib) Features() uint32 { return l.cpuFeatures() }
+
+// Paths returns the SIMD paths this library and CPU can run, scalar first.
+func (l *Lib) Paths() []int {
+	var ps []int
+	for p := range numPaths {
+		if l.pathSupported(int32(p)) != 0 {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// Path returns the path in force.
+func (l *Lib) Path() int { return int(l.path()) }
+
+// PathName returns the name of path p, such as "avx2".
+func (l *Lib) PathName(p int) string { return l.pathName(int32(p)) }
+
+// SetPath makes every later call run path p (-1: the fastest this CPU
+// runs). It fails when the CPU or build cannot run p. It is for tests and
+// benchmarks: calls in flight may run either path (both give the same bits).
+func (l *Lib) SetPath(p int) error {
+	if l.setPath(int32(p)) != 0 {
+		return fmt.Errorf("native: this CPU or build cannot run the %s path", l.PathName(p))
+	}
+	return nil
+}
+
+// status turns a kvs_status into an error naming the operation.
+func status(op string, rc int32) error {
+	switch rc {
+	case 0:
+		return nil
+	case -1:
+		return fmt.Errorf("native: %s: %w", op, ErrUnsupported)
+	case -2:
+		return fmt.Errorf("native: %s: the library refused the arguments as out of range", op)
+	}
+	return fmt.Errorf("native: %s: status %d", op, rc)
+}

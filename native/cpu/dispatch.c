@@ -1,0 +1,202 @@
+/* dispatch.c: CPU feature detection, the path in force, and the public
+ * entry points, which check their arguments and call that path's kernels. */
+#include <stdatomic.h>
+
+#include "common.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+int kvs_abi_version(void) { return KVS_ABI_VERSION; }
+
+uint32_t kvs_cpu_features(void) {
+	uint32_t f = 0;
+#if defined(__x86_64__) || defined(__i386__)
+	unsigned a, b, c, d;
+	if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+	int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1, avx = (c >> 28) & 1;
+	if (!osxsave || !avx) return 0;
+	unsigned lo, hi;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	int ymm = (lo & 6) == 6, zmm = (lo & 0xe6) == 0xe6;
+	if (!ymm) return 0;
+	if (fma) f |= KVS_CPU_FMA;
+	if (f16c) f |= KVS_CPU_F16C;
+	if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+		if ((b >> 5) & 1) f |= KVS_CPU_AVX2;
+		if (zmm) {
+			if ((b >> 16) & 1) f |= KVS_CPU_AVX512F;
+			if ((b >> 30) & 1) f |= KVS_CPU_AVX512BW;
+			if ((b >> 31) & 1) f |= KVS_CPU_AVX512VL;
+			if ((c >> 11) & 1) f |= KVS_CPU_AVX512VNNI;
+		}
+	}
+#elif defined(__aarch64__)
+	f |= KVS_CPU_NEON;
+#endif
+	return f;
+}
+
+static const struct kvs_ops *table(int path) {
+	switch (path) {
+	case KVS_PATH_SCALAR: return &kvs_ops_scalar;
+#if defined(__x86_64__)
+	case KVS_PATH_AVX2: return &kvs_ops_avx2;
+	case KVS_PATH_AVX512: return &kvs_ops_avx512;
+	case KVS_PATH_AVX512VNNI: return &kvs_ops_avx512vnni;
+#endif
+#if defined(__aarch64__)
+	case KVS_PATH_NEON: return &kvs_ops_neon;
+#endif
+	}
+	return NULL;
+}
+
+int kvs_path_supported(int path) {
+	uint32_t f = kvs_cpu_features();
+	const uint32_t avx2 = KVS_CPU_AVX2 | KVS_CPU_FMA | KVS_CPU_F16C;
+	const uint32_t avx512 = avx2 | KVS_CPU_AVX512F | KVS_CPU_AVX512BW | KVS_CPU_AVX512VL;
+	if (!table(path)) return 0;
+	switch (path) {
+	case KVS_PATH_SCALAR: return 1;
+	case KVS_PATH_AVX2: return (f & avx2) == avx2;
+	case KVS_PATH_AVX512: return (f & avx512) == avx512;
+	case KVS_PATH_AVX512VNNI: return (f & (avx512 | KVS_CPU_AVX512VNNI)) == (avx512 | KVS_CPU_AVX512VNNI);
+	case KVS_PATH_NEON: return (f & KVS_CPU_NEON) != 0;
+	}
+	return 0;
+}
+
+static int best_path(void) {
+	static const int order[] = {KVS_PATH_AVX512VNNI, KVS_PATH_AVX512, KVS_PATH_AVX2, KVS_PATH_NEON};
+	for (int i = 0; i < 4; i++)
+		if (kvs_path_supported(order[i])) return order[i];
+	return KVS_PATH_SCALAR;
+}
+
+/* current is the path in force, -2 until first use. */
+static _Atomic int current = -2;
+
+int kvs_path(void) {
+	int p = atomic_load(&current);
+	if (p < 0) {
+		p = best_path();
+		atomic_store(&current, p);
+	}
+	return p;
+}
+
+int kvs_set_path(int path) {
+	if (path == KVS_PATH_BEST) path = best_path();
+	if (!kvs_path_supported(path)) return KVS_ERR_PATH;
+	atomic_store(&current, path);
+	return KVS_OK;
+}
+
+const char *kvs_path_name(int path) {
+	static const char *names[] = {"scalar", "avx2", "avx512", "avx512vnni", "neon"};
+	return path >= 0 && path < KVS_NUM_PATHS ? names[path] : "unknown";
+}
+
+static const struct kvs_ops *ops(void) { return table(kvs_path()); }
+
+int64_t kvs_row_bytes(uint32_t type, int64_t cols) {
+	int64_t bs, ts;
+	switch (type) {
+	case 0: bs = 1, ts = 4; break;
+	case 1: case 30: bs = 1, ts = 2; break;
+	case 2: bs = 32, ts = 18; break;
+	case 3: bs = 32, ts = 20; break;
+	case 6: bs = 32, ts = 22; break;
+	case 7: bs = 32, ts = 24; break;
+	case 8: bs = 32, ts = 34; break;
+	case 12: bs = 256, ts = 144; break;
+	case 13: bs = 256, ts = 176; break;
+	case 14: bs = 256, ts = 210; break;
+	default: return 0;
+	}
+	if (cols <= 0 || cols % bs != 0 || cols > ((int64_t)1 << 40)) return 0;
+	return cols / bs * ts;
+}
+
+int64_t kvs_act_bytes(uint32_t type, int64_t cols, int64_t n) {
+	if (kvs_row_bytes(type, 256) == 0) return KVS_ERR_TYPE;
+	if (kvs_row_bytes(type, cols) == 0) return KVS_ERR_ARG;
+	if (n < 0 || n > ((int64_t)1 << 24)) return KVS_ERR_ARG;
+	switch (type) {
+	case 0: case 1: case 30: return 0;
+	case 12: case 13: case 14: return n * (cols / 256) * (int64_t)sizeof(struct act256);
+	}
+	return n * (cols / 32) * (int64_t)sizeof(struct act32);
+}
+
+int kvs_quantize_acts(uint32_t type, const float *x, int64_t cols, int64_t n, void *qx) {
+	int64_t nb = kvs_act_bytes(type, cols, n);
+	if (nb < 0) return (int)nb;
+	if (nb > 0 && (!x || !qx)) return KVS_ERR_ARG;
+	return ops()->quantize_acts(type, x, cols, n, qx);
+}
+
+int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1, const float *x,
+               const void *qx, int64_t n, float *out) {
+	int64_t nb = kvs_act_bytes(type, cols, n);
+	if (nb < 0) return (int)nb;
+	if (rows < 0 || row0 < 0 || row1 < row0 || row1 > rows || !w || !out || (nb == 0 ? !x : !qx))
+		return KVS_ERR_ARG;
+	if (row0 == row1 || n == 0) return KVS_OK;
+	return ops()->matmul(type, w, rows, cols, row0, row1, x, qx, n, out);
+}
+
+int kvs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, int64_t dim, float eps) {
+	if (n < 0 || dim <= 0 || !out || !x || !weight) return KVS_ERR_ARG;
+	return ops()->rmsnorm(out, x, weight, n, dim, eps);
+}
+
+int kvs_rope(float *x, int64_t n, int64_t heads, int64_t head_dim, int64_t rope_dim, const int32_t *pos, float base,
+             float scale, const float *freq_factors, int neox) {
+	if (n < 0 || heads <= 0 || head_dim <= 0 || rope_dim <= 0 || rope_dim > head_dim || rope_dim % 2 || !x || !pos ||
+	    !(base > 0) || !(scale > 0))
+		return KVS_ERR_ARG;
+	return ops()->rope(x, n, heads, head_dim, rope_dim, pos, base, scale, freq_factors, neox);
+}
+
+int kvs_swiglu(float *out, const float *gate, const float *up, int64_t len) {
+	if (len < 0 || !out || !gate || !up) return KVS_ERR_ARG;
+	return ops()->swiglu(out, gate, up, len);
+}
+
+int kvs_add(float *x, const float *y, int64_t len) {
+	if (len < 0 || !x || !y) return KVS_ERR_ARG;
+	return ops()->add(x, y, len);
+}
+
+/* plane_ok checks a plane's description (not its memory, which the caller
+ * vouches for). */
+int kvs_plane_ok(const struct kvs_kv_plane *p) {
+	if (!p || p->prec < KVS_KV_F32 || p->prec > KVS_KV_FP8 || p->layers < 1 || p->blocks < 1 || p->block_size < 1 ||
+	    p->block_size > 256 || p->kv_heads < 1 || p->head_dim < 1 || p->head_dim > KVS_MAX_HEAD_DIM || !p->data)
+		return 0;
+	if (p->prec <= KVS_KV_BF16) return p->data_per_block == (int64_t)p->kv_heads * p->block_size * p->head_dim;
+	if (p->key && p->prec != KVS_KV_INT8 && p->prec != KVS_KV_INT4) return 0;
+	int need_zero = p->prec == KVS_KV_INT8 || p->prec == KVS_KV_INT4;
+	return p->group >= 1 && p->groups >= 1 && p->row_bytes >= 1 && p->scale && (!need_zero || p->zero) &&
+	       p->data_per_block == (int64_t)p->kv_heads * p->block_size * p->row_bytes;
+}
+
+int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
+                  int32_t heads, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
+                  const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out) {
+	if (!kvs_plane_ok(k) || !kvs_plane_ok(v) || k->layers != v->layers || k->blocks != v->blocks ||
+	    k->block_size != v->block_size || k->kv_heads != v->kv_heads || k->head_dim != v->head_dim || v->key)
+		return KVS_ERR_ARG;
+	if (layer < 0 || layer >= k->layers || n < 0 || heads < 1 || heads % k->kv_heads || !q || !n_pos || !tables ||
+	    !table_off || !scratch || !out || (k->key && !k_resid))
+		return KVS_ERR_ARG;
+	for (int64_t r = 0; r < n; r++) {
+		if (n_pos[r] < 1 || table_off[r] < 0) return KVS_ERR_ARG;
+		for (int64_t j = 0; j * k->block_size < n_pos[r]; j++)
+			if (tables[table_off[r] + j] < 0 || tables[table_off[r] + j] >= k->blocks) return KVS_ERR_ARG;
+	}
+	return ops()->attention(k, v, layer, n, heads, scale, q, n_pos, tables, table_off, k_resid, scratch, out);
+}

@@ -1,0 +1,80 @@
+/* kv.h: decoding one (KV head, token) row of a K/V plane, shared by the
+ * attention kernels. Every decode gives the bits engine/kvstore's ReadK and
+ * ReadV give. */
+#ifndef KVS_KV_H
+#define KVS_KV_H
+
+#include "common.h"
+
+/* kvs_fp8 returns OCP E4M3FN byte c's value (NaN for S.1111.111). */
+static inline float kvs_fp8(uint8_t c) {
+	int e = (c >> 3) & 15, m = c & 7;
+	float v;
+	if ((c & 0x7f) == 0x7f) return __builtin_nanf("");
+	if (e == 0) v = (float)m / 8 * 0x1p-6f;
+	else v = (1 + (float)m / 8) * ldexpf(1, e - 7);
+	return c & 0x80 ? -v : v;
+}
+
+/* kvs_decode_row writes head h, slot t of layer-block lb of plane p into
+ * out[head_dim]. resid is the token's key group's residual slot (int8/int4
+ * keys only; NULL when the group is quantized). */
+static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int h, int t, const uint8_t *resid,
+                                  const float *fp8tab, float *out) {
+	int D = p->head_dim, B = p->block_size;
+	int64_t di = lb * p->data_per_block + (int64_t)(h * B + t) * (p->prec <= KVS_KV_BF16 ? D : p->row_bytes);
+	switch (p->prec) {
+	case KVS_KV_F32: memcpy(out, (const float *)p->data + di, (size_t)D * 4); return;
+	case KVS_KV_F16:
+		for (int d = 0; d < D; d++) out[d] = kvs_h2f(((const uint16_t *)p->data)[di + d]);
+		return;
+	case KVS_KV_BF16:
+		for (int d = 0; d < D; d++) out[d] = kvs_bf2f(((const uint16_t *)p->data)[di + d]);
+		return;
+	}
+	const uint8_t *src = (const uint8_t *)p->data + di;
+	if (p->key) {
+		int G = p->group, g = t / G;
+		if (resid) {
+			int64_t ri = (int64_t)(h * G + (t - g * G)) * D;
+			if (p->prec == KVS_KV_INT8)
+				for (int d = 0; d < D; d++) out[d] = kvs_h2f((uint16_t)(resid[ri + d] << 8 | src[d]));
+			else
+				for (int d = 0; d < D; d++) out[d] = kvs_h2f(kvs_le16(resid + 2 * (ri + d)));
+			return;
+		}
+		int64_t si = lb * p->scales_per_block + (int64_t)(h * p->groups + g) * D;
+		for (int d = 0; d < D; d++) {
+			int q = p->prec == KVS_KV_INT8 ? src[d] : (src[d >> 1] >> ((d & 1) * 4)) & 15;
+			out[d] = (float)q * kvs_h2f(p->scale[si + d]) + kvs_h2f(p->zero[si + d]);
+		}
+		return;
+	}
+	int G = p->group;
+	int64_t si = lb * p->scales_per_block + (int64_t)t * p->groups;
+	for (int d0 = 0; d0 < D;) {
+		int g = (h * D + d0) / G, d1 = (g + 1) * G - h * D;
+		if (d1 > D) d1 = D;
+		float s = kvs_h2f(p->scale[si + g]);
+		switch (p->prec) {
+		case KVS_KV_Q8_0:
+			for (int d = d0; d < d1; d++) out[d] = (float)(int8_t)src[d] * s;
+			break;
+		case KVS_KV_FP8:
+			for (int d = d0; d < d1; d++) out[d] = fp8tab[src[d]] * s;
+			break;
+		case KVS_KV_INT8: {
+			float m = kvs_h2f(p->zero[si + g]);
+			for (int d = d0; d < d1; d++) out[d] = (float)src[d] * s + m;
+			break;
+		}
+		default: {
+			float m = kvs_h2f(p->zero[si + g]);
+			for (int d = d0; d < d1; d++) out[d] = (float)((src[d >> 1] >> ((d & 1) * 4)) & 15) * s + m;
+		}
+		}
+		d0 = d1;
+	}
+}
+
+#endif

@@ -1,0 +1,118 @@
+/* kvwrite.c: storing a token's K or V row in a block slot, with the bytes
+ * engine/kvstore's Write produces (not a hot loop: one path). */
+#include "kv.h"
+
+/* f16_finite rounds x to a finite half (saturating at ±65504, NaN as 0). */
+static uint16_t f16_finite(float x) {
+	if (x != x) return 0;
+	if (x > 65504) x = 65504;
+	else if (x < -65504) x = -65504;
+	return kvs_f2h(x);
+}
+
+/* round_sym rounds halves away from zero, clamped to ±lim. */
+static int8_t round_sym(float v, float lim) {
+	if (v >= lim) return (int8_t)lim;
+	if (v <= -lim) return (int8_t)-lim;
+	if (v >= 0) return (int8_t)(v + 0.5f);
+	if (v < 0) return (int8_t)(v - 0.5f);
+	return 0;
+}
+
+/* round_unsigned rounds to [0, lim], halves up. */
+static uint8_t round_unsigned(float v, float lim) {
+	if (v >= lim) return (uint8_t)lim;
+	if (v > 0) return (uint8_t)(v + 0.5f);
+	return 0;
+}
+
+/* fp8_encode rounds x to E4M3FN (ties to even), saturating at ±448, NaN as 0. */
+static uint8_t fp8_encode(float x) {
+	uint32_t b;
+	memcpy(&b, &x, 4);
+	uint8_t sign = (uint8_t)(b >> 24) & 0x80;
+	uint32_t ab = b & 0x7fffffffu;
+	float a;
+	memcpy(&a, &ab, 4);
+	if (!(a < 448)) return a != a ? 0 : sign | 0x7e;
+	if (a < 1.0f / 64) {
+		float v = a * 512;
+		uint8_t q = (uint8_t)v;
+		float r = v - (float)q;
+		if (r > 0.5f || (r == 0.5f && (q & 1))) q++;
+		return sign | q;
+	}
+	int e = (int)(ab >> 23) - 127;
+	uint32_t mant = ab & 0x7fffff, code = (uint32_t)(e + 7) << 3 | mant >> 20, rem = mant & 0xfffff;
+	if (rem > 0x80000 || (rem == 0x80000 && (code & 1))) code++;
+	if (code > 0x7e) code = 0x7e;
+	return sign | (uint8_t)code;
+}
+
+int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int32_t block, int32_t slot, const float *x) {
+	if (!kvs_plane_ok(p) || !x || layer < 0 || layer >= p->layers || block < 0 || block >= p->blocks || slot < 0 ||
+	    slot >= p->block_size)
+		return KVS_ERR_ARG;
+	if (p->key) return KVS_ERR_TYPE;
+	int D = p->head_dim, B = p->block_size, H = p->kv_heads, row = H * D;
+	int64_t lb = (int64_t)layer * p->blocks + block;
+	if (p->prec <= KVS_KV_BF16) {
+		int64_t base = lb * p->data_per_block + (int64_t)slot * D;
+		for (int h = 0; h < H; h++)
+			for (int d = 0; d < D; d++) {
+				int64_t i = base + (int64_t)h * B * D + d;
+				float v = x[h * D + d];
+				if (p->prec == KVS_KV_F32) ((float *)p->data)[i] = v;
+				else ((uint16_t *)p->data)[i] = p->prec == KVS_KV_F16 ? kvs_f2h(v) : kvs_f2bf(v);
+			}
+		return KVS_OK;
+	}
+	uint8_t *data = (uint8_t *)p->data;
+	uint16_t *scale = (uint16_t *)p->scale, *zero = (uint16_t *)p->zero;
+	int G = p->group;
+	int64_t si = lb * p->scales_per_block + (int64_t)slot * p->groups;
+	int64_t base = lb * p->data_per_block + (int64_t)slot * p->row_bytes, stride = (int64_t)B * p->row_bytes;
+	for (int g = 0; g < p->groups; g++) {
+		int lo = g * G, hi = lo + G < row ? lo + G : row;
+		const float *xs = x + lo;
+		int n = hi - lo, d = lo % D;
+		int64_t off = base + (lo / D) * stride;
+		float amax = 0, mn = xs[0], mx = xs[0];
+		for (int i = 0; i < n; i++) {
+			float a = xs[i] < 0 ? -xs[i] : xs[i];
+			if (a > amax) amax = a;
+			if (xs[i] < mn) mn = xs[i];
+			if (xs[i] > mx) mx = xs[i];
+		}
+		float id = 0, m = 0, qm = p->prec == KVS_KV_INT4 ? 15 : 255;
+		if (p->prec == KVS_KV_Q8_0) {
+			float dq = amax / 127;
+			scale[si + g] = f16_finite(dq);
+			if (dq != 0) id = 1 / dq;
+		} else if (p->prec == KVS_KV_FP8) {
+			uint16_t sc = f16_finite(amax / 448);
+			scale[si + g] = sc;
+			if (kvs_h2f(sc) != 0) id = 1 / kvs_h2f(sc);
+		} else {
+			uint16_t sc = f16_finite((mx - mn) / qm), zp = f16_finite(mn);
+			scale[si + g] = sc, zero[si + g] = zp;
+			m = kvs_h2f(zp);
+			if (kvs_h2f(sc) != 0) id = 1 / kvs_h2f(sc);
+		}
+		for (int i = 0; i < n; i++) {
+			float v = xs[i];
+			switch (p->prec) {
+			case KVS_KV_Q8_0: data[off + d] = (uint8_t)round_sym(v * id, 127); break;
+			case KVS_KV_FP8: data[off + d] = fp8_encode(v * id); break;
+			case KVS_KV_INT8: data[off + d] = round_unsigned((v - m) * id, qm); break;
+			default: {
+				uint8_t q = round_unsigned((v - m) * id, qm), sh = (uint8_t)((d & 1) * 4);
+				uint8_t *c = data + off + (d >> 1);
+				*c = (uint8_t)((*c & ~(0xf << sh)) | q << sh);
+			}
+			}
+			if (++d == D) d = 0, off += stride;
+		}
+	}
+	return KVS_OK;
+}

@@ -1,0 +1,220 @@
+/* matmul.c: activation rounding and the weight-by-activations products,
+ * compiled once per path. */
+#include "simd.h"
+
+/* vecs is the most activation vectors whose sums one pass over a weight row
+ * keeps (weights decoded once per pass). */
+enum { vecs = 32 };
+
+static int quantize_acts(uint32_t type, const float *x, int64_t cols, int64_t n, void *qx) {
+	if (type == 0 || type == 1 || type == 30) return KVS_OK;
+	int k = type >= 12 && type <= 14;
+	int64_t bs = k ? 256 : 32, nb = cols / bs;
+	for (int64_t b = 0; b < n; b++)
+		for (int64_t i = 0; i < nb; i++) {
+			const float *xs = x + b * cols + i * bs;
+			float amax = 0;
+			for (int64_t j = 0; j < bs; j++) amax = fmaxf(amax, fabsf(xs[j]));
+			float d = amax / 127, id = d != 0 ? 1 / d : 0;
+			int8_t *q;
+			if (k) {
+				struct act256 *a = (struct act256 *)qx + b * nb + i;
+				a->d = d;
+				q = a->q;
+			} else {
+				struct act32 *a = (struct act32 *)qx + b * nb + i;
+				a->d = d;
+				q = a->q;
+			}
+			for (int64_t j = 0; j < bs; j++) q[j] = (int8_t)__builtin_rintf(xs[j] * id);
+			if (k) {
+				struct act256 *a = (struct act256 *)qx + b * nb + i;
+				for (int g = 0; g < 16; g++) {
+					int s = 0;
+					for (int j = 0; j < 16; j++) s += q[16 * g + j];
+					a->bsums[g] = (int16_t)s;
+				}
+			} else {
+				int s = 0;
+				for (int j = 0; j < 32; j++) s += q[j];
+				((struct act32 *)qx + b * nb + i)->s = s;
+			}
+		}
+	return KVS_OK;
+}
+
+/* unpack5 writes a Q5_0/Q5_1 block's 32 five-bit codes. */
+static inline void unpack5(const uint8_t *qh4, const uint8_t *qs, uint8_t *u) {
+	uint32_t qh = (uint32_t)qh4[0] | (uint32_t)qh4[1] << 8 | (uint32_t)qh4[2] << 16 | (uint32_t)qh4[3] << 24;
+	for (int j = 0; j < 16; j++) {
+		u[j] = (uint8_t)((qs[j] & 15) | ((qh >> j) & 1) << 4);
+		u[j + 16] = (uint8_t)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+	}
+}
+
+/* scale_min_k4 decodes Q4_K/Q5_K sub-block j's 6-bit scale and min. */
+static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+	if (j < 4) {
+		*sc = q[j] & 63, *m = q[j + 4] & 63;
+	} else {
+		*sc = (q[j + 4] & 15) | (q[j - 4] >> 6) << 4;
+		*m = (q[j + 4] >> 4) | (q[j] >> 6) << 4;
+	}
+}
+
+/* mm32 multiplies rows of a 32-element block type. Per (row, vector), in
+ * block order: acc += (dw*dx)*isum, and for Q4_1/Q5_1 then acc += (mw*dx)*s. */
+static void mm32(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
+                 const struct act32 *qx, int64_t n, float *out) {
+	int64_t nb = cols / 32;
+	int64_t tsz = type == 2 ? 18 : type == 3 ? 20 : type == 6 ? 22 : type == 7 ? 24 : 34;
+	for (int64_t r = row0; r < row1; r++) {
+		const uint8_t *wr = w + r * nb * tsz;
+		for (int64_t b0 = 0; b0 < n; b0 += vecs) {
+			int nv = (int)(n - b0 < vecs ? n - b0 : vecs);
+			float acc[vecs] = {0};
+			for (int64_t i = 0; i < nb; i++) {
+				const uint8_t *blk = wr + i * tsz;
+				const struct act32 *a = qx + b0 * nb + i;
+				float d = kvs_h2f(kvs_le16(blk));
+				uint8_t u[32];
+				switch (type) {
+				case 8: /* Q8_0: d | qs[32] int8 */
+					for (int v = 0; v < nv; v++)
+						acc[v] += (d * a[v * nb].d) * (float)dot_s8s8_32((const int8_t *)blk + 2, a[v * nb].q);
+					break;
+				case 2: /* Q4_0: d | qs[16], x = d*(q-8) */
+					for (int v = 0; v < nv; v++)
+						acc[v] += (d * a[v * nb].d) * (float)(dot_nib32(blk + 2, a[v * nb].q) - 8 * a[v * nb].s);
+					break;
+				case 3: { /* Q4_1: d | m | qs[16], x = d*q + m */
+					float m = kvs_h2f(kvs_le16(blk + 2));
+					for (int v = 0; v < nv; v++) {
+						acc[v] += (d * a[v * nb].d) * (float)dot_nib32(blk + 4, a[v * nb].q);
+						acc[v] += (m * a[v * nb].d) * (float)a[v * nb].s;
+					}
+					break;
+				}
+				case 6: /* Q5_0: d | qh | qs[16], x = d*(q-16) */
+					unpack5(blk + 2, blk + 6, u);
+					for (int v = 0; v < nv; v++)
+						acc[v] += (d * a[v * nb].d) * (float)(dot_u8s8_32(u, a[v * nb].q) - 16 * a[v * nb].s);
+					break;
+				default: { /* Q5_1: d | m | qh | qs[16], x = d*q + m */
+					float m = kvs_h2f(kvs_le16(blk + 2));
+					unpack5(blk + 4, blk + 8, u);
+					for (int v = 0; v < nv; v++) {
+						acc[v] += (d * a[v * nb].d) * (float)dot_u8s8_32(u, a[v * nb].q);
+						acc[v] += (m * a[v * nb].d) * (float)a[v * nb].s;
+					}
+				}
+				}
+			}
+			for (int v = 0; v < nv; v++) out[(b0 + v) * rows + r] = acc[v];
+		}
+	}
+}
+
+/* unpack_k decodes one K-quant super-block into 256 codes, 16 scales (one per
+ * 16 codes) and, for Q4_K/Q5_K, 16 mins; it returns d and sets *dmin. */
+static inline float unpack_k(uint32_t type, const uint8_t *b, uint8_t *u, int16_t *sc, int16_t *mn, float *dmin) {
+	if (type == 14) { /* Q6_K: ql[128] | qh[64] | scales[16] | d */
+		for (int h = 0; h < 2; h++) {
+			const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+			uint8_t *o = u + 128 * h;
+			for (int l = 0; l < 32; l++) {
+				o[l] = (uint8_t)((ql[l] & 15) | (qh[l] & 3) << 4);
+				o[l + 32] = (uint8_t)((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4);
+				o[l + 64] = (uint8_t)((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
+				o[l + 96] = (uint8_t)((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
+			}
+		}
+		for (int g = 0; g < 16; g++) sc[g] = (int8_t)b[192 + g];
+		*dmin = 0;
+		return kvs_h2f(kvs_le16(b + 208));
+	}
+	/* Q4_K: d | dmin | scales[12] | qs[128]; Q5_K adds qh[32] before qs. */
+	const uint8_t *qs = b + (type == 13 ? 48 : 16), *qh = b + 16;
+	for (int g = 0; g < 4; g++)
+		for (int l = 0; l < 32; l++) {
+			uint8_t q = qs[32 * g + l];
+			uint8_t lo = q & 15, hi = q >> 4;
+			if (type == 13) {
+				lo |= ((qh[l] >> (2 * g)) & 1) << 4;
+				hi |= ((qh[l] >> (2 * g + 1)) & 1) << 4;
+			}
+			u[64 * g + l] = lo, u[64 * g + 32 + l] = hi;
+		}
+	for (int j = 0; j < 8; j++) {
+		int s, m;
+		scale_min_k4(j, b + 4, &s, &m);
+		sc[2 * j] = sc[2 * j + 1] = (int16_t)s;
+		mn[2 * j] = mn[2 * j + 1] = (int16_t)m;
+	}
+	*dmin = kvs_h2f(kvs_le16(b + 2));
+	return kvs_h2f(kvs_le16(b));
+}
+
+/* mmk multiplies rows of a K-quant type. Per (row, vector), in super-block
+ * order: acc += (d*dx)*isum, then for Q4_K/Q5_K acc -= (dmin*dx)*msum, where
+ * isum is the exact sum of scale*code*activation code (Q6_K's codes offset
+ * by -32) and msum of min*activation code. */
+static void mmk(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
+                const struct act256 *qx, int64_t n, float *out) {
+	int64_t nb = cols / 256, tsz = type == 12 ? 144 : type == 13 ? 176 : 210;
+	uint8_t u[256];
+	int16_t sc[16], mn[16];
+	for (int64_t r = row0; r < row1; r++) {
+		const uint8_t *wr = w + r * nb * tsz;
+		for (int64_t b0 = 0; b0 < n; b0 += vecs) {
+			int nv = (int)(n - b0 < vecs ? n - b0 : vecs);
+			float acc[vecs] = {0};
+			for (int64_t i = 0; i < nb; i++) {
+				float dmin, d = unpack_k(type, wr + i * tsz, u, sc, mn, &dmin);
+				for (int v = 0; v < nv; v++) {
+					const struct act256 *a = qx + (b0 + v) * nb + i;
+					int32_t isum = dot_u8s8_256_sc(u, a->q, sc), msum = 0;
+					if (type == 14) {
+						for (int g = 0; g < 16; g++) msum += sc[g] * a->bsums[g];
+						acc[v] += (d * a->d) * (float)(isum - 32 * msum);
+					} else {
+						for (int g = 0; g < 16; g++) msum += mn[g] * a->bsums[g];
+						acc[v] += (d * a->d) * (float)isum;
+						acc[v] -= (dmin * a->d) * (float)msum;
+					}
+				}
+			}
+			for (int v = 0; v < nv; v++) out[(b0 + v) * rows + r] = acc[v];
+		}
+	}
+}
+
+static int matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
+                  const float *x, const void *qx, int64_t n, float *out) {
+	switch (type) {
+	case 0: case 1: case 30: {
+		int kind = type == 0 ? 0 : type == 1 ? 1 : 2;
+		int64_t es = type == 0 ? 4 : 2;
+		for (int64_t r = row0; r < row1; r++)
+			for (int64_t b = 0; b < n; b++)
+				out[b * rows + r] = dot_any((const uint8_t *)w + r * cols * es, kind, x + b * cols, cols);
+		return KVS_OK;
+	}
+	case 2: case 3: case 6: case 7: case 8:
+		mm32(type, w, rows, cols, row0, row1, qx, n, out);
+		return KVS_OK;
+	case 12: case 13: case 14:
+		mmk(type, w, rows, cols, row0, row1, qx, n, out);
+		return KVS_OK;
+	}
+	return KVS_ERR_TYPE;
+}
+
+int KVS_FN(kvs_quantize_acts)(uint32_t type, const float *x, int64_t cols, int64_t n, void *qx) {
+	return quantize_acts(type, x, cols, n, qx);
+}
+
+int KVS_FN(kvs_matmul)(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
+                       const float *x, const void *qx, int64_t n, float *out) {
+	return matmul(type, w, rows, cols, row0, row1, x, qx, n, out);
+}

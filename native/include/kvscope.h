@@ -1,0 +1,253 @@
+/*
+ * kvscope.h: the C ABI of kvscope's native compute library.
+ *
+ * One library (libkvscope_cpu.so, .dylib on macOS) holds every operation of
+ * the forward pass that the Go engine may hand to native code. Go loads it
+ * with purego (no cgo), checks kvs_abi_version() == KVS_ABI_VERSION, and
+ * falls back to its own kernels when the library is missing, mismatched, or
+ * returns KVS_ERR_TYPE for a tensor type.
+ *
+ * Conventions, for every function:
+ *   - Sizes and indices are int64_t; matrices are row-major and dense.
+ *   - Functions return KVS_OK (0) or a negative kvs_status. They never
+ *     allocate, never keep a pointer after returning, and read and write only
+ *     the memory the documented shapes name. The caller guarantees that every
+ *     pointer covers its documented shape (the Go side checks slice lengths
+ *     before calling); the library checks shapes and enum values and returns
+ *     KVS_ERR_ARG for nonsense.
+ *   - Every function is thread-safe: callers run several calls at once on
+ *     disjoint outputs (Go goroutines, each on a range of output rows).
+ *   - Results are deterministic: each output's arithmetic has a fixed order
+ *     that does not depend on the batch, the row range, or the SIMD path, so
+ *     a row's result is bit-identical alone or in any batch, and on every
+ *     path this library runs (scalar, AVX2, AVX-512, NEON).
+ */
+#ifndef KVSCOPE_H
+#define KVSCOPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* KVS_API marks the exported functions (the library hides everything else). */
+#if defined(_WIN32)
+#define KVS_API __declspec(dllexport)
+#else
+#define KVS_API __attribute__((visibility("default")))
+#endif
+
+/* KVS_ABI_VERSION changes whenever any declaration below changes meaning. */
+#define KVS_ABI_VERSION 1
+
+/* kvs_status: what a function returns. */
+enum kvs_status {
+	KVS_OK = 0,
+	KVS_ERR_TYPE = -1, /* tensor type or K/V precision not implemented here: fall back */
+	KVS_ERR_ARG = -2,  /* a shape, index or enum value is out of range */
+	KVS_ERR_PATH = -3  /* kvs_set_path: this CPU cannot run that path */
+};
+
+/* kvs_abi_version returns KVS_ABI_VERSION as the library was built. */
+KVS_API int kvs_abi_version(void);
+
+/* ---------------------------------------------------------------- CPU paths */
+
+/* kvs_path: the SIMD code paths. Every path computes the same bits. */
+enum kvs_path {
+	KVS_PATH_BEST = -1, /* kvs_set_path: the fastest this CPU runs */
+	KVS_PATH_SCALAR = 0,
+	KVS_PATH_AVX2 = 1,   /* AVX2 + FMA + F16C */
+	KVS_PATH_AVX512 = 2,     /* AVX-512 F/BW/VL, plus the AVX2 set */
+	KVS_PATH_AVX512VNNI = 3, /* AVX512 plus AVX-512 VNNI */
+	KVS_PATH_NEON = 4,       /* arm64 Advanced SIMD (built only on arm64) */
+	KVS_NUM_PATHS = 5
+};
+
+/* Bits of kvs_cpu_features(). */
+#define KVS_CPU_AVX2 (1u << 0)
+#define KVS_CPU_FMA (1u << 1)
+#define KVS_CPU_F16C (1u << 2)
+#define KVS_CPU_AVX512F (1u << 3)
+#define KVS_CPU_AVX512BW (1u << 4)
+#define KVS_CPU_AVX512VL (1u << 5)
+#define KVS_CPU_AVX512VNNI (1u << 6)
+#define KVS_CPU_NEON (1u << 7)
+
+/* kvs_cpu_features returns the KVS_CPU_* bits this CPU (and OS, for the
+ * AVX register state) supports. */
+KVS_API uint32_t kvs_cpu_features(void);
+
+/* kvs_path_supported reports (1 or 0) whether this build and CPU can run
+ * path. */
+KVS_API int kvs_path_supported(int path);
+
+/* kvs_set_path makes every later call run path (KVS_PATH_BEST: the fastest
+ * supported). It returns KVS_ERR_PATH, changing nothing, when the path is not
+ * supported. It is meant for tests and benchmarks: calls running while it
+ * changes the path may use either path (both give the same bits). */
+KVS_API int kvs_set_path(int path);
+
+/* kvs_path returns the path calls run now. */
+KVS_API int kvs_path(void);
+
+/* kvs_path_name returns a static name ("scalar", "avx2", "avx512",
+ * "avx512vnni", "neon") for path; out-of-range paths give "unknown". */
+KVS_API const char *kvs_path_name(int path);
+
+/* ------------------------------------------------------- quantized matmul */
+
+/*
+ * Weight types, numbered as ggml's (and engine/quant's Type):
+ * F32 0, F16 1, Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8, Q4_K 12, Q5_K 13,
+ * Q6_K 14, BF16 30. A weight matrix is `rows` rows of `cols` elements, each
+ * row kvs_row_bytes(type, cols) bytes in ggml's block layout, rows one after
+ * another: exactly the bytes a GGUF tensor holds.
+ *
+ * Quantized types multiply by activations rounded to 8 bits: each activation
+ * vector is cut into blocks (32 elements for Q4_0..Q8_0, 256 for K-quants)
+ * with a float scale d = max|x|/127 and codes q = round-to-even(x/d), then
+ * each weight block's integer dot product with the codes is exact and is
+ * scaled and added in float in block order. Float types (F32, F16, BF16)
+ * multiply the float activations directly, element j in lane j%16 of
+ * sixteen float sums (each product rounded, then added), summed at the end as
+ * lanes (l, l+8), then (l, l+4), (l, l+2), (l, l+1).
+ */
+
+/* kvs_row_bytes returns the bytes of one row of cols elements of type, or 0
+ * when the type is not implemented or cols is not a positive whole number of
+ * its blocks. */
+KVS_API int64_t kvs_row_bytes(uint32_t type, int64_t cols);
+
+/* kvs_act_bytes returns the bytes kvs_quantize_acts writes for n activation
+ * vectors of cols elements for weights of type: 0 for float types (which
+ * read the activations themselves), a negative kvs_status when type or cols
+ * is not supported. */
+KVS_API int64_t kvs_act_bytes(uint32_t type, int64_t cols, int64_t n);
+
+/* kvs_quantize_acts rounds the n activation vectors x[n][cols] to the 8-bit
+ * blocks type's dot products use, writing kvs_act_bytes(type, cols, n) bytes
+ * at qx. Vector b's blocks depend on vector b alone. For float types it does
+ * nothing. */
+KVS_API int kvs_quantize_acts(uint32_t type, const float *x, int64_t cols, int64_t n, void *qx);
+
+/* kvs_matmul computes out[b*rows + r] = dot(row r of w, vector b) for rows
+ * r in [row0, row1) and vectors b in [0, n). w holds all `rows` rows (row r at
+ * w + r*kvs_row_bytes(type, cols)); x holds the float activations x[n][cols]
+ * (read for float types); qx holds kvs_quantize_acts's output for x (read for
+ * quantized types; may be NULL for float types). out holds n*rows floats;
+ * only the named outputs are written. */
+KVS_API int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
+               const float *x, const void *qx, int64_t n, float *out);
+
+/* kvs_dequant_rows decodes rows [row0, row1) of w (as for kvs_matmul) into
+ * out[(r-row0)*cols + c]: the embedding lookup. Its values are bit-identical
+ * to engine/quant.Dequantize's. */
+KVS_API int kvs_dequant_rows(uint32_t type, const void *w, int64_t cols, int64_t row0, int64_t row1, float *out);
+
+/* ------------------------------------------------------- element-wise ops */
+
+/* kvs_rmsnorm writes out[r][i] = x[r][i] * s_r * weight[i] for n rows of dim
+ * values, s_r = 1/sqrt(mean(x[r]^2) + eps), the sum of squares in double
+ * (element i in lane i%8, lanes summed as kvs_matmul's). out may equal x. */
+KVS_API int kvs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, int64_t dim, float eps);
+
+/* kvs_rope rotates, in place, the first rope_dim values of each head of x,
+ * which holds n rows of heads*head_dim values; row r is at position pos[r].
+ * Pair i (i < rope_dim/2) is (2i, 2i+1), or (i, i+rope_dim/2) when neox is
+ * nonzero, rotated by theta = pos * base^(-2i/rope_dim) (stepped by float
+ * multiplication from pos), divided by scale, and divided by
+ * freq_factors[i] when freq_factors is not NULL (rope_dim/2 floats). */
+KVS_API int kvs_rope(float *x, int64_t n, int64_t heads, int64_t head_dim, int64_t rope_dim, const int32_t *pos,
+             float base, float scale, const float *freq_factors, int neox);
+
+/* kvs_swiglu writes out[i] = silu(gate[i]) * up[i] for i < len, silu(g) =
+ * g/(1+exp(-g)). out may equal gate or up. */
+KVS_API int kvs_swiglu(float *out, const float *gate, const float *up, int64_t len);
+
+/* kvs_add adds y to x: x[i] += y[i] for i < len. */
+KVS_API int kvs_add(float *x, const float *y, int64_t len);
+
+/* ------------------------------------------------------------ paged K/V */
+
+/* KVS_MAX_HEAD_DIM is the largest head_dim the K/V functions take. */
+#define KVS_MAX_HEAD_DIM 1024
+
+/* K/V precisions, numbered as engine/kvstore's Precision. */
+enum kvs_kv_prec {
+	KVS_KV_F32 = 0,
+	KVS_KV_F16 = 1,
+	KVS_KV_BF16 = 2,
+	KVS_KV_Q8_0 = 3,
+	KVS_KV_INT8 = 4,
+	KVS_KV_INT4 = 5,
+	KVS_KV_FP8 = 6
+};
+
+/*
+ * struct kvs_kv_plane describes one of K or V of an engine/kvstore Store, all
+ * layers and blocks, in the store's own memory (see engine/kvstore's doc for
+ * the layouts). Layer l, block b is lb = l*blocks + b:
+ *   - f32/f16/bf16: data holds [lb][kv_head][slot][head_dim] values (float,
+ *     IEEE half, bfloat16 bits).
+ *   - q8_0, fp8, int8/int4 values ("row" planes): data holds bytes
+ *     [lb][kv_head][slot][row_bytes] (int4: two values a byte, even dim in the
+ *     low nibble); scale (and zero, for int8/int4) hold f16 bits
+ *     [lb][slot][groups], each group `group` consecutive values of the token's
+ *     kv_heads*head_dim row (the last may be shorter).
+ *   - int8/int4 keys (key != 0): data as row planes; scale and zero hold f16
+ *     bits [lb][kv_head][groups][head_dim], one per channel and key group of
+ *     `group` tokens. A key group not yet full lives in an f16 residual slot
+ *     (see kvs_attention's k_resid).
+ * data_per_block and scales_per_block are the elements (bytes for quantized
+ * data, values for f32/f16/bf16) of data and of scale per lb.
+ */
+struct kvs_kv_plane {
+	int32_t prec;
+	int32_t key;
+	int32_t layers, blocks, block_size, kv_heads, head_dim;
+	int32_t row_bytes, group, groups;
+	int64_t data_per_block, scales_per_block;
+	const void *data;
+	const uint16_t *scale;
+	const uint16_t *zero;
+};
+
+/* kvs_kv_write stores one token's row of kv_heads*head_dim values (head-major)
+ * at (layer, block, slot) of plane p, rounding as engine/kvstore's Write does
+ * (bit-identical bytes). data, scale and zero must be writable. Int8/int4
+ * keys, whose groups are quantized across tokens by the Go store, return
+ * KVS_ERR_TYPE. */
+KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int32_t block, int32_t slot, const float *row);
+
+/*
+ * kvs_attention computes, for n rows (query tokens, possibly of different
+ * sequences), out = softmax(q·Kᵀ·scale)·V over positions 0..n_pos[r]-1 of the
+ * row's sequence, per query head, reading K and V straight from the blocks
+ * its block table names (position p is slot p%block_size of block
+ * tables[table_off[r] + p/block_size]).
+ *   q, out: [n][heads][head_dim]; query head h reads KV head h/(heads/kv_heads).
+ *   n_pos: n counts, each >= 1; table_off: n offsets into tables.
+ *   k_resid: for int8/int4 keys, the residual slot of each table entry's key
+ *     groups, k_resid[(table_off[r]+j)*k->groups + g], or NULL where the group
+ *     is quantized (full); a slot holds [kv_head][token_in_group][head_dim] f16
+ *     values (int8: only their high bytes, the low bytes in data; int4: whole,
+ *     little-endian). NULL for other key precisions.
+ *   scratch: max(n_pos) floats per call, for one head's scores.
+ * Scores run in position order: per position a kvs_matmul-order float dot
+ * product of the query head with the decoded key row, times scale; then the
+ * max, exp in double, their sum in double in position order, and
+ * out = sum over positions, in order, of p_t*v_t (each product rounded, then
+ * added). The result does not depend on the block size.
+ */
+KVS_API int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
+                  int32_t heads, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
+                  const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
