@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"kvscope/engine/backend"
 	"kvscope/engine/kvcache"
 	"kvscope/engine/kvstore"
 	"kvscope/engine/model"
@@ -35,7 +36,7 @@ type Engine struct {
 
 	// Owned by the loop goroutine.
 	cfg         Config
-	store       *kvstore.Store
+	store       backend.Cache
 	mgr         *kvcache.Manager
 	sch         *sched.Scheduler
 	seqs        map[kvcache.SeqID]*seqState
@@ -97,7 +98,7 @@ func (e *Engine) build(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	st, err := kvstore.New(sc)
+	st, err := e.model.NewCache(sc)
 	if err != nil {
 		return err
 	}
