@@ -273,3 +273,44 @@ func TestShiftKeys(t *testing.T) {
 		t.Errorf("key at position 1 changed: %v, want %v", got[1*m.HeadDim], k0[0])
 	}
 }
+
+// TestForwardReusesBuffers: once a batch size has run, Forward allocates
+// only the logits it returns (their values and the slice of rows), however
+// many layers and rows, for a prefill chunk and for a batch of decodes.
+func TestForwardReusesBuffers(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector (sync.Pool drops objects at random)")
+	}
+	m := load(t, "models/stories260K.gguf")
+	kv, err := kvstore.New(m.CacheConfig(4, 16, kvstore.F16, kvstore.F16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}}
+	prefill, decode := Batch{}, Batch{}
+	for i := range 12 {
+		prefill.Add(1+i, i, tables[0], i == 11)
+	}
+	for s, table := range tables {
+		decode.Add(5+s, 12, table, true)
+	}
+	for _, tc := range []struct {
+		name string
+		b    *Batch
+	}{{"prefill of 12 rows", &prefill}, {"3 decodes", &decode}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := m.Forward(kv, tc.b); err != nil {
+				t.Fatal(err)
+			}
+			allocs := testing.AllocsPerRun(10, func() {
+				if _, err := m.Forward(kv, tc.b); err != nil {
+					t.Fatal(err)
+				}
+			})
+			t.Logf("%v allocations", allocs)
+			if allocs > 2 {
+				t.Errorf("a second Forward allocates %v times, want at most 2 (the logits)", allocs)
+			}
+		})
+	}
+}
