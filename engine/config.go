@@ -109,6 +109,18 @@ func (e *Engine) validate(c Config) error {
 	if c.Cache.Eviction > kvcache.FIFO {
 		return fmt.Errorf("unknown eviction policy %d", c.Cache.Eviction)
 	}
+	if c.Cache.Allocator > kvcache.Contiguous {
+		return fmt.Errorf("unknown allocator %d", c.Cache.Allocator)
+	}
+	if c.Cache.Overflow > kvcache.TruncateMiddle {
+		return fmt.Errorf("unknown overflow policy %d", c.Cache.Overflow)
+	}
+	if c.Cache.BlockSize < 1 || c.Cache.BlockSize > kvcache.MaxBlockSize {
+		return fmt.Errorf("a block size of %d tokens is outside 1..%d", c.Cache.BlockSize, kvcache.MaxBlockSize)
+	}
+	if err := kvcache.CheckLimit(e.context(c), c.Cache.Overflow, 0, c.Cache.BlockSize); err != nil {
+		return fmt.Errorf("%s overflow with a context of %d tokens: %w", c.Cache.Overflow, e.context(c), err)
+	}
 	if err := c.schedConfig().Validate(); err != nil {
 		return err
 	}

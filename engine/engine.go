@@ -33,6 +33,13 @@ type Engine struct {
 
 	snap   atomic.Pointer[Snapshot]
 	events *ring.Log[Event]
+	// limits holds the settings in force and the pool's shape, for the
+	// callers that must not wait for a step (Config, Submit's checks).
+	limits  atomic.Pointer[limits]
+	nextReq atomic.Uint64
+	// pending holds submitted requests the loop has not taken yet (guarded
+	// by mu), so that their streams end even if the loop stops first.
+	pending map[uint64]*reqState
 
 	// Owned by the loop goroutine.
 	cfg         Config
@@ -43,7 +50,6 @@ type Engine struct {
 	gone        map[kvcache.SeqID]*seqState // finished since the last event flush
 	reqs        map[uint64]*reqState
 	nextSeq     kvcache.SeqID
-	nextReq     uint64
 	paused      bool
 	delay       time.Duration
 	cacheCursor uint64
@@ -68,6 +74,7 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) 
 
 		abandonAfter: abandonAfter,
 		reqs:         map[uint64]*reqState{},
+		pending:      map[uint64]*reqState{},
 	}
 	if err := e.validate(cfg); err != nil {
 		return nil, err
@@ -118,8 +125,26 @@ func (e *Engine) build(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	e.cfg, e.store, e.mgr, e.cacheCursor = cfg, st, mgr, 0
+	e.store, e.mgr, e.cacheCursor = st, mgr, 0
+	e.setConfig(cfg)
 	return nil
+}
+
+// limits is what a request is checked against before it reaches the loop.
+type limits struct {
+	cfg       Config
+	context   int // the context limit in force
+	blockSize int
+	blocks    int // blocks in the pool
+}
+
+func (l *limits) blocksFor(tokens int) int { return (tokens + l.blockSize - 1) / l.blockSize }
+
+// setConfig makes cfg the configuration in force and publishes it with the
+// pool's shape (the loop's goroutine).
+func (e *Engine) setConfig(cfg Config) {
+	e.cfg = cfg
+	e.limits.Store(&limits{cfg: cfg, context: e.context(cfg), blockSize: e.mgr.BlockSize(), blocks: e.mgr.NumBlocks()})
 }
 
 // do queues f to run on the engine goroutine.
@@ -130,10 +155,7 @@ func (e *Engine) do(f func()) error {
 		return ErrClosed
 	}
 	e.cmds = append(e.cmds, f)
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
+	e.wakeUp()
 	return nil
 }
 
@@ -171,16 +193,14 @@ func (e *Engine) Close() error {
 	}
 	e.closed = true
 	e.mu.Unlock()
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
+	e.wakeUp()
 	<-e.done
 	return nil
 }
 
 func (e *Engine) loop() {
 	defer close(e.done)
+	defer e.endPending()
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("engine failure: %v\n%s", r, debug.Stack())
@@ -225,9 +245,12 @@ func (e *Engine) loop() {
 	}
 }
 
-// Submit queues a request and returns its stream. Errors a user can fix (a
-// prompt that does not fit, bad sampling settings) come back here, before
-// anything runs. Cancelling ctx ends the request and frees its blocks.
+// Submit queues a request and returns its stream without waiting for the
+// engine's current step. Errors a user can fix (a prompt that does not fit,
+// bad sampling or overflow settings) come back here, before anything runs;
+// if the settings change before the engine takes the request and it no
+// longer fits, its stream ends with FinishError and the reason. Cancelling
+// ctx ends the request and frees its blocks.
 func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 	if err := r.validate(); err != nil {
 		return nil, err
@@ -237,7 +260,7 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 		if r.Prompt == "" {
 			return nil, errors.New("the prompt is empty")
 		}
-		ids = e.tok.Encode(r.Prompt, true, true)
+		ids = e.tok.Encode(r.Prompt, true, r.ParseSpecial)
 	}
 	if len(ids) == 0 {
 		return nil, errors.New("the prompt has no tokens")
@@ -254,23 +277,21 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 	if r.N == 0 {
 		r.N = 1
 	}
-	rs := &reqState{req: r, prompt: ids, params: sp, ctx: ctx, submitted: time.Now()}
-	err := e.call(func() error {
-		if err := e.checkFits(rs); err != nil {
-			return err
-		}
-		e.nextReq++
-		rs.id = e.nextReq
-		rs.stream = newStream(rs.id, ctx, e.abandonAfter)
-		e.reqs[rs.id] = rs
-		e.startSample(rs, 0, nil)
-		e.event(Event{Kind: "submit", Request: rs.id, Seq: rs.samples[0].q.ID, Tokens: len(ids),
-			Text: fmt.Sprintf("%s: %d prompt tokens, n = %d", rs.name(), len(ids), r.N)})
-		return nil
-	})
-	if err != nil {
+	rs := &reqState{req: r, prompt: ids, params: sp, ctx: ctx, submitted: time.Now(), done: make(chan struct{})}
+	if err := checkFits(rs, e.limits.Load()); err != nil {
 		return nil, err
 	}
+	rs.id = e.nextReq.Add(1)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	rs.stream = newStream(rs.id, ctx, e.done, e.abandonAfter)
+	e.pending[rs.id] = rs
+	e.cmds = append(e.cmds, func() { e.admit(rs) })
+	e.mu.Unlock()
+	e.wakeUp()
 	if ctx.Done() != nil {
 		go func() {
 			select {
@@ -283,44 +304,101 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 	return rs.stream, nil
 }
 
-// checkFits refuses a prompt that cannot fit the context or the cache.
-func (e *Engine) checkFits(rs *reqState) error {
-	ctx := e.context(e.cfg)
-	pol := e.cfg.Cache.Overflow
-	if rs.req.Overflow != nil {
-		pol = *rs.req.Overflow
+// admit takes a submitted request into the engine (the loop's goroutine).
+func (e *Engine) admit(rs *reqState) {
+	e.mu.Lock()
+	delete(e.pending, rs.id)
+	e.mu.Unlock()
+	if err := checkFits(rs, e.limits.Load()); err != nil {
+		// The settings changed between Submit and now.
+		e.event(Event{Kind: "finish", Request: rs.id, Text: fmt.Sprintf("%s refused: %v", rs.name(), err)})
+		rs.end(FinishError, err)
+		return
 	}
-	if len(rs.prompt) >= ctx && pol == kvcache.Stop {
-		return fmt.Errorf("the prompt is %d tokens; the context holds %d, so nothing can be generated (shorten it, or choose a rolling or truncating overflow policy)", len(rs.prompt), ctx)
+	if rs.ctx.Err() != nil {
+		rs.end(FinishCancelled, nil)
+		return
 	}
-	need := e.mgr.BlocksFor(min(len(rs.prompt)+1, ctx))
-	if e.cfg.Cache.Allocator == kvcache.Contiguous {
+	e.reqs[rs.id] = rs
+	e.startSample(rs, 0, nil)
+	e.event(Event{Kind: "submit", Request: rs.id, Seq: rs.samples[0].q.ID, Tokens: len(rs.prompt),
+		Text: fmt.Sprintf("%s: %d prompt tokens, n = %d", rs.name(), len(rs.prompt), rs.req.N)})
+}
+
+// endPending ends the streams of requests the loop never took (it stopped
+// first, after a fault).
+func (e *Engine) endPending() {
+	e.mu.Lock()
+	e.closed = true
+	p := e.pending
+	e.pending = map[uint64]*reqState{}
+	e.cmds = nil
+	e.mu.Unlock()
+	for _, rs := range p {
+		rs.end(FinishCancelled, nil)
+	}
+}
+
+// wakeUp makes the loop look at its commands.
+func (e *Engine) wakeUp() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// checkFits refuses a request that cannot be served under limits l: a
+// prompt that leaves no room to generate, an overflow policy the context is
+// too short for, a sequence larger than the whole cache. The same checks
+// run at Submit and when the loop takes the request.
+func checkFits(rs *reqState, l *limits) error {
+	pol := overflow(rs, l.cfg)
+	if err := kvcache.CheckLimit(l.context, pol, 0, l.blockSize); err != nil {
+		return fmt.Errorf("%s overflow with a context of %d tokens: %w", pol, l.context, err)
+	}
+	if len(rs.prompt) >= l.context && pol == kvcache.Stop {
+		return fmt.Errorf("the prompt is %d tokens; the context holds %d, so nothing can be generated (shorten it, or choose a rolling or truncating overflow policy)", len(rs.prompt), l.context)
+	}
+	need := l.blocksFor(min(len(rs.prompt)+1, l.context))
+	if l.cfg.Cache.Allocator == kvcache.Contiguous {
 		// A sample reserves its whole length; parallel samples wait for
 		// room if they cannot all be reserved at once.
-		need = e.mgr.BlocksFor(e.maxLen(rs))
+		need = l.blocksFor(maxLen(rs, l.cfg, l.context))
 	}
-	if need > e.mgr.NumBlocks() {
-		return fmt.Errorf("the prompt needs %d blocks of %d tokens; the whole cache has %d (raise the cache budget)", need, e.mgr.BlockSize(), e.mgr.NumBlocks())
+	if need > l.blocks {
+		return fmt.Errorf("the prompt needs %d blocks of %d tokens; the whole cache has %d (raise the cache budget)", need, l.blockSize, l.blocks)
 	}
 	return nil
 }
 
-// maxLen is the most tokens a sample of rs can hold: the context, or, in
-// contiguous mode, the prompt plus MaxTokens (the reservation).
-func (e *Engine) maxLen(rs *reqState) int {
-	ctx := e.context(e.cfg)
-	if e.cfg.Cache.Allocator == kvcache.Contiguous && rs.req.MaxTokens > 0 {
-		return min(ctx, len(rs.prompt)+rs.req.MaxTokens)
+// overflow is the overflow policy of rs's samples under cfg.
+func overflow(rs *reqState, cfg Config) kvcache.OverflowPolicy {
+	if rs.req.Overflow != nil {
+		return *rs.req.Overflow
 	}
-	return ctx
+	return cfg.Cache.Overflow
 }
 
-func (e *Engine) seqOpts(rs *reqState) kvcache.SeqOptions {
-	pol := e.cfg.Cache.Overflow
-	if rs.req.Overflow != nil {
-		pol = *rs.req.Overflow
+// maxLen is the most tokens a sample of rs can hold: the context, or, in
+// contiguous mode, the prompt plus MaxTokens (the reservation).
+func maxLen(rs *reqState, cfg Config, context int) int {
+	if cfg.Cache.Allocator == kvcache.Contiguous && rs.req.MaxTokens > 0 {
+		return min(context, len(rs.prompt)+rs.req.MaxTokens)
 	}
-	return kvcache.SeqOptions{MaxLen: e.maxLen(rs), Overflow: &pol}
+	return context
+}
+
+// seqOpts is the cache's options for a sample of rs. A contiguous
+// reservation shorter than the context holds the whole sample (MaxTokens
+// ends it first), so no overflow policy can act on it: it gets Stop, whose
+// limit may be as short as it likes.
+func (e *Engine) seqOpts(rs *reqState) kvcache.SeqOptions {
+	ctx := e.context(e.cfg)
+	limit, pol := maxLen(rs, e.cfg, ctx), overflow(rs, e.cfg)
+	if limit < ctx {
+		pol = kvcache.Stop
+	}
+	return kvcache.SeqOptions{MaxLen: limit, Overflow: &pol}
 }
 
 // Snapshot returns the latest published state. It never blocks and the
@@ -390,11 +468,8 @@ func (e *Engine) SetDelay(d time.Duration) error {
 }
 
 // Config returns the configuration in force.
-func (e *Engine) Config() Config {
-	var c Config
-	e.call(func() error { c = e.cfg; return nil })
-	return c
-}
+// It never waits for the engine.
+func (e *Engine) Config() Config { return e.limits.Load().cfg }
 
 // Reconfigure applies new settings while requests run. Settings that
 // change the pool (block size, budgets, precisions, allocator) drain the
@@ -440,13 +515,13 @@ func (e *Engine) Reconfigure(c Config) error {
 					return err
 				}
 			}
-			e.cfg = c
+			e.setConfig(c)
 			e.event(Event{Kind: "reconfigure", Text: "settings changed (" + describeChange(old, c) + "); the pool is unchanged"})
 		}
 		if err := e.sch.SetConfig(c.schedConfig()); err != nil {
 			return err
 		}
-		e.cfg = c
+		e.setConfig(c)
 		e.publish()
 		return nil
 	})
@@ -462,11 +537,7 @@ func (e *Engine) fitsLive(c Config) error {
 	for _, s := range e.seqs {
 		n := len(s.q.Tokens) + 1
 		if c.Cache.Allocator == kvcache.Contiguous {
-			reserve := e.context(c)
-			if s.r.req.MaxTokens > 0 {
-				reserve = min(reserve, len(s.r.prompt)+s.r.req.MaxTokens)
-			}
-			n = max(n, reserve)
+			n = max(n, maxLen(s.r, c, e.context(c)))
 		}
 		if need := (n + sc.BlockSize - 1) / sc.BlockSize; need > sc.Blocks {
 			return fmt.Errorf("the new cache would hold %d blocks of %d tokens, but %s needs %d: stop it or choose a larger budget",

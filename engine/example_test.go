@@ -93,7 +93,7 @@ func ExampleEngine_Reconfigure() {
 	c.Cache.BlockSize = 1000
 	fmt.Println(e.Reconfigure(c))
 	// Output:
-	// kvstore: block size must be between 1 and 256 tokens, got 1000
+	// a block size of 1000 tokens is outside 1..256
 }
 
 // Pause the scheduler and run it one step at a time, as the teaching mode

@@ -40,7 +40,7 @@ func TestOutgrowingTheWholeCacheEnds(t *testing.T) {
 		go func() { _, f := s.Collect(); done <- f[0] }()
 		select {
 		case f := <-done:
-			if f.Reason != FinishError || !strings.Contains(f.Err.Error(), "whole cache has 4") || f.Generated < 20 {
+			if f.Reason != FinishLength || f.Err == nil || !strings.Contains(f.Err.Error(), "whole cache has 4") || f.Generated < 20 {
 				t.Errorf("%s: ended %s after %d tokens: %v", mode, f.Reason, f.Generated, f.Err)
 			}
 		case <-time.After(10 * time.Second):

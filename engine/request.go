@@ -12,15 +12,21 @@ import (
 
 // Request is one generation request.
 type Request struct {
-	// Prompt is the text to continue (tokenized with the model's BOS rule
-	// and special-token parsing). Ignored when Tokens is set.
+	// Prompt is the text to continue, tokenized with the model's BOS rule.
+	// Ignored when Tokens is set.
 	Prompt string
+	// ParseSpecial turns the text of special tokens in Prompt (such as
+	// "</s>" or "<|im_end|>") into those tokens. Leave it false for text a
+	// user typed, so that what they wrote stays text; set it for a
+	// rendered chat template.
+	ParseSpecial bool
 	// Tokens is an already tokenized prompt.
 	Tokens []int
 	// Sampling settings; the zero value is replaced by sample.DefaultParams.
 	Sampling *sample.Params
 	// MaxTokens bounds the generated tokens per sample; 0: until the
-	// context is full.
+	// context is full, which under a rolling or truncating overflow policy
+	// never comes (generation goes on until the request is cancelled).
 	MaxTokens int
 	// Stop strings end generation when they appear in the text; the text
 	// up to them is returned, the stop string is not.
@@ -87,14 +93,14 @@ type Stream struct {
 	wake   chan struct{}
 }
 
-// newStream starts a stream's forwarding goroutine. Once ctx is cancelled,
-// the stream waits at most abandon for its reader to take each chunk before
+// newStream starts a stream's forwarding goroutine. Once ctx is cancelled
+// or the engine has closed (closed), the stream waits at most abandon for its reader to take each chunk before
 // it decides the reader has left and drops the rest, so that an abandoned
 // stream does not keep a goroutine for ever.
-func newStream(id uint64, ctx context.Context, abandon time.Duration) *Stream {
+func newStream(id uint64, ctx context.Context, closed <-chan struct{}, abandon time.Duration) *Stream {
 	c := make(chan Chunk)
 	s := &Stream{ID: id, C: c, wake: make(chan struct{}, 1)}
-	go s.forward(c, ctx.Done(), abandon)
+	go s.forward(c, ctx.Done(), closed, abandon)
 	return s
 }
 
@@ -123,7 +129,7 @@ func (s *Stream) close() {
 	}
 }
 
-func (s *Stream) forward(c chan<- Chunk, cancelled <-chan struct{}, abandon time.Duration) {
+func (s *Stream) forward(c chan<- Chunk, cancelled, engineClosed <-chan struct{}, abandon time.Duration) {
 	abandoned := false
 	for {
 		s.mu.Lock()
@@ -137,11 +143,9 @@ func (s *Stream) forward(c chan<- Chunk, cancelled <-chan struct{}, abandon time
 			select {
 			case c <- ch:
 			case <-cancelled:
-				select {
-				case c <- ch:
-				case <-time.After(abandon):
-					abandoned = true
-				}
+				abandoned = !sendWithin(c, ch, abandon)
+			case <-engineClosed:
+				abandoned = !sendWithin(c, ch, abandon)
 			}
 		}
 		if closed && len(q) == 0 {
@@ -151,6 +155,18 @@ func (s *Stream) forward(c chan<- Chunk, cancelled <-chan struct{}, abandon time
 		if len(q) == 0 {
 			<-s.wake
 		}
+	}
+}
+
+// sendWithin sends ch on c unless nobody takes it within d.
+func sendWithin(c chan<- Chunk, ch Chunk, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case c <- ch:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 

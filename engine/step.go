@@ -62,9 +62,6 @@ type seqState struct {
 // startSample creates sample i of rs: a new sequence for sample 0, or a fork
 // of parent sharing its blocks.
 func (e *Engine) startSample(rs *reqState, i int, parent *seqState) *seqState {
-	if rs.done == nil {
-		rs.done = make(chan struct{})
-	}
 	e.nextSeq++
 	p := rs.params
 	p.Seed += uint64(i)     // each sample draws its own tokens
@@ -117,10 +114,16 @@ func (e *Engine) step() {
 	for _, f := range plan.Failed {
 		s := e.seqs[f.Seq.ID]
 		var ce *kvcache.ContextLimitError
-		if errors.As(f.Err, &ce) {
+		var small *sched.CacheTooSmallError
+		switch {
+		case errors.As(f.Err, &ce):
 			e.event(Event{Kind: "context-full", Request: s.r.id, Seq: s.q.ID, Text: fmt.Sprintf("%s: %v", s.r.name(), f.Err)})
 			e.finish(s, FinishLength, fmt.Errorf("the context of %d tokens is full", ce.Limit))
-		} else {
+		case errors.As(f.Err, &small):
+			// The whole cache is this sequence's context limit.
+			e.event(Event{Kind: "context-full", Request: s.r.id, Seq: s.q.ID, Text: fmt.Sprintf("%s: %v", s.r.name(), f.Err)})
+			e.finish(s, FinishLength, fmt.Errorf("the cache is full: %w", f.Err))
+		default:
 			e.finish(s, FinishError, f.Err)
 		}
 	}
@@ -291,14 +294,19 @@ func (e *Engine) finish(s *seqState, reason FinishReason, err error) {
 	e.event(Event{Kind: "finish", Request: rs.id, Seq: s.q.ID, Tokens: s.generated, Text: text})
 	rs.live--
 	if rs.live == 0 {
-		// Samples never forked (the prompt did not finish) end the same way.
-		for i := len(rs.samples); i < rs.req.N; i++ {
-			rs.stream.push(Chunk{Sample: i, Token: -1, Done: true, Reason: reason, Err: err, PromptTokens: len(rs.prompt)})
-		}
-		rs.stream.close()
-		close(rs.done)
+		rs.end(reason, err) // samples never forked (the prompt did not finish) end the same way
 		delete(e.reqs, rs.id)
 	}
+}
+
+// end sends the final chunk of every sample of rs that has not started
+// and closes its stream.
+func (rs *reqState) end(reason FinishReason, err error) {
+	for i := len(rs.samples); i < rs.req.N; i++ {
+		rs.stream.push(Chunk{Sample: i, Token: -1, Done: true, Reason: reason, Err: err, PromptTokens: len(rs.prompt)})
+	}
+	rs.stream.close()
+	close(rs.done)
 }
 
 // cancel ends every unfinished sample of rs.

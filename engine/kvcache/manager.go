@@ -110,7 +110,7 @@ func New(cfg Config, st Storage) (*Manager, error) {
 		return nil, err
 	}
 	if cfg.Sinks == 0 {
-		cfg.Sinks = 4
+		cfg.Sinks = DefaultSinks
 	}
 	if cfg.EventBuffer == 0 {
 		cfg.EventBuffer = 4096
@@ -300,14 +300,8 @@ func (m *Manager) resolve(opts SeqOptions) (limit int, pol OverflowPolicy, sinks
 	if m.cfg.Allocator == Contiguous && limit == 0 {
 		return 0, 0, 0, fmt.Errorf("kvcache: the contiguous allocator needs a maximum length per sequence (SeqOptions.MaxLen or Config.MaxLen)")
 	}
-	switch {
-	case limit == 0:
-	case pol == RollingWindow && limit < (m.sinkBlocks(sinks)+2)*bs:
-		return 0, 0, 0, fmt.Errorf("kvcache: rolling window with %d sink tokens and blocks of %d tokens needs a context limit of at least %d tokens, got %d",
-			sinks, bs, (m.sinkBlocks(sinks)+2)*bs, limit)
-	case pol == TruncateMiddle && limit < 2*sinks+2:
-		return 0, 0, 0, fmt.Errorf("kvcache: truncating the middle while keeping %d head tokens needs a context limit of at least %d tokens, got %d",
-			sinks, 2*sinks+2, limit)
+	if err := CheckLimit(limit, pol, sinks, bs); err != nil {
+		return 0, 0, 0, err
 	}
 	return limit, pol, sinks, nil
 }

@@ -30,7 +30,49 @@ type Overflow struct {
 	Copied                 int            // blocks copied to make the rotated blocks private
 }
 
-func (m *Manager) sinkBlocks(sinks int) int { return (sinks + m.cfg.BlockSize - 1) / m.cfg.BlockSize }
+func (m *Manager) sinkBlocks(sinks int) int { return sinkBlocks(sinks, m.cfg.BlockSize) }
+
+func sinkBlocks(sinks, blockSize int) int { return (sinks + blockSize - 1) / blockSize }
+
+// DefaultSinks is the number of attention-sink tokens when Config.Sinks
+// and SeqOptions.Sinks are 0.
+const DefaultSinks = 4
+
+// MinLimit is the shortest context limit under which policy pol can work
+// with the given sink tokens (0: DefaultSinks) and block size: a rolling
+// window needs its sink blocks and two more, truncation its head twice over
+// and two tokens. Stop works with any limit.
+func MinLimit(pol OverflowPolicy, sinks, blockSize int) int {
+	if sinks == 0 {
+		sinks = DefaultSinks
+	}
+	switch pol {
+	case RollingWindow:
+		return (sinkBlocks(sinks, blockSize) + 2) * blockSize
+	case TruncateMiddle:
+		return 2*sinks + 2
+	}
+	return 1
+}
+
+// CheckLimit refuses a context limit too short for its overflow policy
+// (see MinLimit); a limit of 0 (none) always passes. The manager checks
+// every sequence with it, and the engine checks settings and requests with
+// it before anything runs.
+func CheckLimit(limit int, pol OverflowPolicy, sinks, blockSize int) error {
+	if sinks == 0 {
+		sinks = DefaultSinks
+	}
+	if limit == 0 || limit >= MinLimit(pol, sinks, blockSize) {
+		return nil
+	}
+	if pol == RollingWindow {
+		return fmt.Errorf("kvcache: a rolling window with %d sink tokens and blocks of %d tokens needs a context limit of at least %d tokens, got %d",
+			sinks, blockSize, MinLimit(pol, sinks, blockSize), limit)
+	}
+	return fmt.Errorf("kvcache: truncating the middle while keeping %d head tokens needs a context limit of at least %d tokens, got %d",
+		sinks, MinLimit(pol, sinks, blockSize), limit)
+}
 
 // roll makes room for n more tokens in s by dropping whole blocks after the
 // sink blocks (StreamingLLM). On error nothing changes.

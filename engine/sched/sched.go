@@ -48,13 +48,36 @@ type Config struct {
 	Watermark float64
 }
 
+// CacheTooSmallError ends a sequence that has outgrown the whole cache:
+// alone in the pool, it still has no room for its next token. For the
+// sequence the cache is its context limit.
+type CacheTooSmallError struct {
+	Tokens    int // tokens it needs room for
+	Need      int // blocks they take
+	BlockSize int
+	Blocks    int // blocks in the whole pool
+}
+
+func (e *CacheTooSmallError) Error() string {
+	return fmt.Sprintf("the sequence needs %d blocks of %d tokens for %d tokens; the whole cache has %d (raise the cache budget)",
+		e.Need, e.BlockSize, e.Tokens, e.Blocks)
+}
+
+// MaxSeqs and MaxStepTokens bound Config.MaxSeqs and Config.StepTokens,
+// far above what one machine runs, so that no setting overflows the
+// arithmetic built on them.
+const (
+	MaxSeqs       = 4096
+	MaxStepTokens = 1 << 20
+)
+
 // Validate reports impossible settings.
 func (c Config) Validate() error {
 	switch {
-	case c.MaxSeqs < 1:
-		return fmt.Errorf("maximum concurrent sequences must be at least 1, got %d", c.MaxSeqs)
-	case c.StepTokens < 1:
-		return fmt.Errorf("the per-step token budget must be at least 1, got %d", c.StepTokens)
+	case c.MaxSeqs < 1 || c.MaxSeqs > MaxSeqs:
+		return fmt.Errorf("maximum concurrent sequences must be 1 to %d, got %d", MaxSeqs, c.MaxSeqs)
+	case c.StepTokens < 1 || c.StepTokens > MaxStepTokens:
+		return fmt.Errorf("the per-step token budget must be 1 to %d tokens, got %d", MaxStepTokens, c.StepTokens)
 	case c.StepTokens < c.MaxSeqs:
 		return fmt.Errorf("a per-step budget of %d tokens cannot give each of %d sequences a decode token", c.StepTokens, c.MaxSeqs)
 	case c.Watermark < 0 || c.Watermark >= 1:
@@ -361,11 +384,15 @@ func (s *Scheduler) Schedule() (Plan, error) {
 	// admitted in a step that had to preempt.
 	for len(s.waiting) > 0 && len(s.swapped) == 0 && len(p.Preempted) == 0 && len(s.running) < s.cfg.MaxSeqs && budget > 0 {
 		q := s.waiting[0]
-		need := s.m.BlocksFor(len(q.Tokens))
+		n := len(q.Tokens)
+		if q.Opts.MaxLen > 0 {
+			n = min(n, q.Opts.MaxLen) // an overflow policy shortens a longer prompt; Stop refuses it
+		}
+		need := s.m.BlocksFor(n)
 		if need > s.m.NumBlocks() {
 			s.waiting = s.waiting[1:]
 			q.State = Finished
-			p.Failed = append(p.Failed, Failure{q, fmt.Errorf("the sequence needs %d blocks of %d tokens; the whole cache has %d", need, s.m.BlockSize(), s.m.NumBlocks())})
+			p.Failed = append(p.Failed, Failure{q, &CacheTooSmallError{Tokens: n, Need: need, BlockSize: s.m.BlockSize(), Blocks: s.m.NumBlocks()}})
 			continue
 		}
 		free := s.m.FreeBlocks()
@@ -374,18 +401,16 @@ func (s *Scheduler) Schedule() (Plan, error) {
 		}
 		r, err := s.m.Allocate(q.ID, q.Tokens, q.Opts)
 		if err != nil {
-			var ce *kvcache.ContextLimitError
-			switch {
-			case errors.Is(err, kvcache.ErrNoSpace) && len(s.running) > 0:
-			case errors.As(err, &ce) || errors.Is(err, kvcache.ErrNoSpace):
-				s.waiting = s.waiting[1:]
-				q.State = Finished
-				p.Failed = append(p.Failed, Failure{q, err})
-				continue
-			default:
-				return p, err
+			if errors.Is(err, kvcache.ErrNoSpace) && len(s.running) > 0 {
+				break // wait for room
 			}
-			break
+			// Allocate changes nothing when it fails, so whatever is wrong
+			// with this sequence (its context, its options, a pool too
+			// small for it) ends it alone.
+			s.waiting = s.waiting[1:]
+			q.State = Finished
+			p.Failed = append(p.Failed, Failure{q, err})
+			continue
 		}
 		if r.Overflow != nil {
 			q.Tokens = s.m.Tokens(q.ID)
@@ -433,8 +458,7 @@ func (s *Scheduler) grow(q *Seq, p *Plan) (bool, error) {
 			// Alone and still out of room: the whole cache is too small
 			// for it. Preempting it would only bring it back to the same
 			// place (a swap would loop forever).
-			why := fmt.Errorf("the sequence has %d tokens and needs %d blocks of %d tokens for its next one; the whole cache has %d (raise the cache budget)",
-				s.m.Len(q.ID), s.m.BlocksFor(len(q.Tokens)), s.m.BlockSize(), s.m.NumBlocks())
+			why := &CacheTooSmallError{Tokens: len(q.Tokens), Need: s.m.BlocksFor(len(q.Tokens)), BlockSize: s.m.BlockSize(), Blocks: s.m.NumBlocks()}
 			s.running = s.running[:0]
 			if ferr := s.m.Free(q.ID); ferr != nil {
 				return false, ferr
