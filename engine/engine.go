@@ -201,9 +201,15 @@ func (e *Engine) Close() error {
 func (e *Engine) loop() {
 	defer close(e.done)
 	defer e.endPending()
+	// A read of the model's mapping that faults (the file shrank or was
+	// rewritten on disk) panics here instead of killing the process.
+	debug.SetPanicOnFault(true)
 	defer func() {
 		if r := recover(); r != nil {
-			err := fmt.Errorf("engine failure: %v\n%s", r, debug.Stack())
+			err := e.model.File.Fault(r)
+			if err == nil {
+				err = fmt.Errorf("engine failure: %v\n%s", r, debug.Stack())
+			}
 			e.failAll(err)
 			e.mu.Lock()
 			e.closed = true

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"unsafe"
 
 	"kvscope/engine/quant"
 )
@@ -117,6 +118,8 @@ type File struct {
 	Alignment uint64
 	// DataOffset is the file offset where the data section starts.
 	DataOffset uint64
+	// Path is the file's path when Open mapped it ("" for Parse).
+	Path string
 
 	data    []byte // the whole file
 	unmap   func() error
@@ -136,7 +139,29 @@ func Open(path string) (*File, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f.unmap = unmap
+	f.Path = path
 	return f, nil
+}
+
+// Fault returns an error naming the file when r, a value recovered from a
+// panic, is a memory fault inside f's mapping: the file was truncated or
+// rewritten on disk while in use, and a read of the missing pages faulted
+// (a goroutine that sets debug.SetPanicOnFault gets such a panic instead
+// of a crash). It returns nil for any other value.
+func (f *File) Fault(r any) error {
+	fe, ok := r.(interface{ Addr() uintptr })
+	if !ok || len(f.data) == 0 {
+		return nil
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(f.data)))
+	if a := fe.Addr(); a < start || a >= start+uintptr(len(f.data)) {
+		return nil
+	}
+	name := f.Path
+	if name == "" {
+		name = "the model file"
+	}
+	return fmt.Errorf("%s changed on disk while in use (it was truncated or overwritten); reading its weights failed, so the model stopped: load it again", name)
 }
 
 // Close releases the file's mapping. Tensor data must not be used after it.

@@ -3,6 +3,7 @@ package quant
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 )
@@ -68,6 +69,7 @@ func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error 
 	}
 	chunk := (max(8, rows/(8*workers)) + 7) &^ 7 // whole 8-row tiles
 	var next atomic.Int64
+	var panicked atomic.Pointer[workerPanic]
 	shared := m // only the parallel path moves the operands to the heap
 	work := func() {
 		for {
@@ -81,12 +83,31 @@ func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error 
 	}
 	var wg sync.WaitGroup
 	for range workers - 1 {
-		wg.Go(work)
+		wg.Go(func() {
+			// A fault reading the weights' mapping (a model file changed
+			// on disk) or any other panic goes back to the caller's
+			// goroutine, which may recover it; here it would kill the
+			// process.
+			debug.SetPanicOnFault(true)
+			defer func() {
+				if r := recover(); r != nil {
+					panicked.CompareAndSwap(nil, &workerPanic{r})
+					next.Store(int64(rows)) // stop the others early
+				}
+			}()
+			work()
+		})
 	}
 	work()
 	wg.Wait()
+	if p := panicked.Load(); p != nil {
+		panic(p.value)
+	}
 	return nil
 }
+
+// workerPanic carries a worker goroutine's panic value to MatMul's caller.
+type workerPanic struct{ value any }
 
 // matmul is one MatMul call's operands.
 type matmul struct {
