@@ -1,0 +1,275 @@
+package native
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"kvscope/engine/kvstore"
+)
+
+// attnCase is one store shape for the attention tests.
+type attnCase struct {
+	k, v                 kvstore.Precision
+	blockSize            int
+	kvHeads, heads, dim  int
+	keyGroup, valueGroup int
+}
+
+func attnCases() []attnCase {
+	var cs []attnCase
+	shapes := [][3]int{{2, 4, 8}, {1, 3, 40}, {2, 2, 64}}
+	i := 0
+	for _, k := range kvstore.Precisions() {
+		for _, v := range kvstore.Precisions() {
+			for _, bs := range []int{1, 7, 32, 256} {
+				sh := shapes[i%len(shapes)]
+				c := attnCase{k: k, v: v, blockSize: bs, kvHeads: sh[0], heads: sh[1], dim: sh[2]}
+				if i%2 == 1 {
+					c.keyGroup, c.valueGroup = min(5, bs), 12
+				}
+				cs = append(cs, c)
+				i++
+			}
+		}
+	}
+	return cs
+}
+
+// seqStore makes a store for c holding sequences of the given lengths,
+// written token by token with Store.Write, in shuffled blocks; it returns the
+// store and each sequence's block table.
+func seqStore(t testing.TB, r *rand.Rand, c attnCase, lens []int) (*kvstore.Store, [][]int) {
+	nb := 0
+	for _, n := range lens {
+		nb += (n + c.blockSize - 1) / c.blockSize
+	}
+	cfg := kvstore.Config{Layers: 2, KVHeads: c.kvHeads, HeadDim: c.dim, BlockSize: c.blockSize, Blocks: nb + 2,
+		K: c.k, V: c.v, KeyGroup: c.keyGroup, ValueGroup: c.valueGroup}
+	s, err := kvstore.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := rand.New(rand.NewPCG(uint64(cfg.Blocks), 0)).Perm(cfg.Blocks) // apart from r: the data stays the same whatever the block count
+	row := c.kvHeads * c.dim
+	tables := make([][]int, len(lens))
+	for i, n := range lens {
+		for p := range n {
+			if p%c.blockSize == 0 {
+				tables[i] = append(tables[i], ids[0])
+				ids = ids[1:]
+			}
+			for l := range cfg.Layers {
+				s.Write(l, tables[i][p/c.blockSize], p%c.blockSize, randVec(r, row), randVec(r, row))
+			}
+		}
+	}
+	return s, tables
+}
+
+// refAttention is the Go reference: float64 attention over the values
+// Store.ReadK and ReadV decode. It also returns each output's error bound:
+// the library's scores are float32 dot products, each off by at most
+// e_s = (D/16+4)·2^-23·scale·Σ|q·k| (sixteen-lane sums of D products); a
+// softmax input error e moves the output by at most 2·max(e_s)·Σp|v|, and
+// the float32 weighted sum adds (npos+8)·2^-23·Σp|v|.
+func refAttention(s *kvstore.Store, layer, heads int, scale float32, q []float32, row AttnRow) (out, bound []float64) {
+	c := s.Config()
+	D, B := c.HeadDim, c.BlockSize
+	group := heads / c.KVHeads
+	ks := make([]float32, c.KVHeads*row.NPos*D)
+	vs := make([]float32, c.KVHeads*row.NPos*D)
+	buf := make([]float32, c.KVHeads*B*D)
+	for j := 0; j*B < row.NPos; j++ {
+		n := min(B, row.NPos-j*B)
+		for pass, dst := range [][]float32{ks, vs} {
+			if pass == 0 {
+				s.ReadK(layer, row.Blocks[j], n, buf)
+			} else {
+				s.ReadV(layer, row.Blocks[j], n, buf)
+			}
+			for h := range c.KVHeads {
+				copy(dst[(h*row.NPos+j*B)*D:(h*row.NPos+j*B+n)*D], buf[h*n*D:(h+1)*n*D])
+			}
+		}
+	}
+	out = make([]float64, heads*D)
+	bound = make([]float64, heads*D)
+	for h := range heads {
+		g := h / group
+		qh := q[h*D : (h+1)*D]
+		sc := make([]float64, row.NPos)
+		mx, es := math.Inf(-1), 0.0
+		for p := range row.NPos {
+			k := ks[(g*row.NPos+p)*D:]
+			var dot, abs float64
+			for d, qv := range qh {
+				dot += float64(qv) * float64(k[d])
+				abs += math.Abs(float64(qv) * float64(k[d]))
+			}
+			sc[p] = dot * float64(scale)
+			mx = max(mx, sc[p])
+			es = max(es, float64(D/16+4)*0x1p-23*float64(scale)*abs)
+		}
+		var sum float64
+		for p := range sc {
+			sc[p] = math.Exp(sc[p] - mx)
+			sum += sc[p]
+		}
+		for d := range D {
+			var o, abs float64
+			for p := range sc {
+				v := float64(vs[(g*row.NPos+p)*D+d])
+				o += sc[p] / sum * v
+				abs += sc[p] / sum * math.Abs(v)
+			}
+			out[h*D+d] = o
+			bound[h*D+d] = (2*es+float64(row.NPos+8)*0x1p-23)*abs*1.01 + 1e-30
+		}
+	}
+	return out, bound
+}
+
+// TestAttentionParity runs paged attention on every path, for every K and V
+// precision pair, block sizes 1 to 256, several head shapes and key/value
+// groups, over sequences written by kvstore itself (some with a partly
+// filled key group, read from the f16 residual), and compares it with the
+// Go reference within refAttention's bound. Every path's bits must equal
+// the scalar path's, and a row's output must not depend on the other rows
+// of the call.
+func TestAttentionParity(t *testing.T) {
+	l := loadLib(t)
+	scalar := map[string][]float32{}
+	eachPath(t, l, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(9, 10))
+		for _, c := range attnCases() {
+			name := fmt.Sprintf("K%v/V%v/bs%d/%dx%d/D%d/kg%d", c.k, c.v, c.blockSize, c.kvHeads, c.heads, c.dim, c.keyGroup)
+			lens := []int{1, 45, 300}
+			s, tables := seqStore(t, r, c, lens)
+			rows := []AttnRow{{1, tables[0]}, {45, tables[1]}, {300, tables[2]}, {293, tables[2]}}
+			qd := c.heads * c.dim
+			q := randVec(r, len(rows)*qd)
+			out := make([]float32, len(q))
+			scale := float32(1 / math.Sqrt(float64(c.dim)))
+			if err := l.Attention(s, 1, c.heads, scale, q, rows, out); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if ref, ok := scalar[name]; !ok {
+				scalar[name] = out
+			} else if i := sameBits(out, ref); i >= 0 {
+				t.Fatalf("%s: output %d is %g, the scalar path gave %g", name, i, out[i], ref[i])
+			}
+			for i, row := range rows {
+				want, bound := refAttention(s, 1, c.heads, scale, q[i*qd:(i+1)*qd], row)
+				for j, w := range want {
+					if e := math.Abs(float64(out[i*qd+j]) - w); !(e <= bound[j]) {
+						t.Fatalf("%s: row %d output %d is %g, reference %g: error %.3g over the bound %.3g", name, i, j, out[i*qd+j], w, e, bound[j])
+					}
+				}
+				one := make([]float32, qd)
+				if err := l.Attention(s, 1, c.heads, scale, q[i*qd:(i+1)*qd], rows[i:i+1], one); err != nil {
+					t.Fatal(err)
+				}
+				if j := sameBits(one, out[i*qd:(i+1)*qd]); j >= 0 {
+					t.Fatalf("%s: row %d output %d alone is %g, with the other rows %g", name, i, j, one[j], out[i*qd+j])
+				}
+			}
+		}
+	})
+}
+
+// TestAttentionBlockSizeInvariance checks that the same sequence's
+// attention is the same bits whatever the block size (f16 K/V, whose
+// stored values do not depend on it).
+func TestAttentionBlockSizeInvariance(t *testing.T) {
+	l := loadLib(t)
+	var ref []float32
+	for _, bs := range []int{1, 2, 16, 33, 256} {
+		c := attnCase{k: kvstore.F16, v: kvstore.F16, blockSize: bs, kvHeads: 2, heads: 4, dim: 40}
+		s, tables := seqStore(t, rand.New(rand.NewPCG(11, 12)), c, []int{100})
+		q := randVec(rand.New(rand.NewPCG(13, 14)), c.heads*c.dim)
+		out := make([]float32, len(q))
+		if err := l.Attention(s, 0, c.heads, 0.125, q, []AttnRow{{100, tables[0]}}, out); err != nil {
+			t.Fatal(err)
+		}
+		if ref == nil {
+			ref = out
+		} else if i := sameBits(out, ref); i >= 0 {
+			t.Fatalf("block size %d: output %d is %g, with block size 1 %g", bs, i, out[i], ref[i])
+		}
+	}
+}
+
+// TestWriteKV checks that WriteKV stores the bytes Store.Write stores, for
+// every precision it implements, and refuses Int8/Int4 keys.
+func TestWriteKV(t *testing.T) {
+	l := loadLib(t)
+	for _, kp := range kvstore.Precisions() {
+		for _, vp := range kvstore.Precisions() {
+			for _, shape := range [][4]int{{2, 8, 4, 0}, {3, 20, 7, 12}} {
+				cfg := kvstore.Config{Layers: 2, KVHeads: shape[0], HeadDim: shape[1], BlockSize: shape[2], Blocks: 3, K: kp, V: vp, ValueGroup: shape[3]}
+				a, err := kvstore.New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := kvstore.New(cfg)
+				r := rand.New(rand.NewPCG(15, 16))
+				row := cfg.KVHeads * cfg.HeadDim
+				for slot := range cfg.BlockSize {
+					k, v := randVec(r, row), randVec(r, row)
+					if slot == 1 {
+						clear(k) // an all-zero row: scale 0
+					}
+					err := l.WriteKV(a, 1, 2, slot, k, v)
+					if kp == kvstore.Int8 || kp == kvstore.Int4 {
+						if !errors.Is(err, ErrUnsupported) {
+							t.Fatalf("K %v: got %v, want ErrUnsupported", kp, err)
+						}
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					b.Write(1, 2, slot, k, v)
+				}
+				if got, want := a.Save(2, nil), b.Save(2, nil); !bytes.Equal(got, want) && kp != kvstore.Int8 && kp != kvstore.Int4 {
+					t.Errorf("K %v V %v shape %v: the block's bytes differ from Store.Write's", kp, vp, shape)
+				}
+			}
+		}
+	}
+}
+
+// TestAttentionErrors checks that bad tables and shapes are refused in Go.
+func TestAttentionErrors(t *testing.T) {
+	l := loadLib(t)
+	c := attnCase{k: kvstore.F16, v: kvstore.F16, blockSize: 4, kvHeads: 2, heads: 4, dim: 8}
+	s, tables := seqStore(t, rand.New(rand.NewPCG(1, 1)), c, []int{6})
+	q := make([]float32, 4*8)
+	out := make([]float32, 4*8)
+	cases := []struct {
+		name  string
+		layer int
+		heads int
+		rows  []AttnRow
+		q     []float32
+		want  string
+	}{
+		{"block out of range", 0, 4, []AttnRow{{6, []int{tables[0][0], 99}}}, q, "names block 99"},
+		{"table too short", 0, 4, []AttnRow{{9, tables[0]}}, q, "attends 9 positions"},
+		{"no positions", 0, 4, []AttnRow{{0, tables[0]}}, q, "attends 0 positions"},
+		{"layer", 2, 4, []AttnRow{{6, tables[0]}}, q, "layer 2"},
+		{"heads", 0, 3, []AttnRow{{6, tables[0]}}, q, "3 query heads"},
+		{"short queries", 0, 4, []AttnRow{{6, tables[0]}}, q[:31], "need 32 queries"},
+	}
+	for _, tc := range cases {
+		err := l.Attention(s, tc.layer, tc.heads, 1, tc.q, tc.rows, out)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
