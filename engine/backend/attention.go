@@ -163,14 +163,7 @@ func (a *attnCall) row(i int, sc *attnScratch) {
 			qh := q[h*hd : (h+1)*hd]
 			g := h / group
 			scores := sc.scores[h*nPos+j*a.bs : h*nPos+j*a.bs+cnt]
-			for t := range scores {
-				kt := kb[(g*stride+t)*hd : (g*stride+t+1)*hd]
-				var dot float32
-				for d, qv := range qh {
-					dot += qv * kt[d]
-				}
-				scores[t] = dot * a.scale
-			}
+			dots(scores, qh, kb[g*stride*hd:], a.scale)
 		}
 	}
 	for h := range a.heads {
@@ -184,12 +177,66 @@ func (a *attnCall) row(i int, sc *attnScratch) {
 			oh := out[h*hd : (h+1)*hd]
 			g := h / group
 			scores := sc.scores[h*nPos+j*a.bs : h*nPos+j*a.bs+cnt]
-			for t, p := range scores {
-				vt := vb[(g*stride+t)*hd : (g*stride+t+1)*hd]
-				for d := range oh {
-					oh[d] += p * vt[d]
-				}
-			}
+			weighted(oh, scores, vb[g*stride*hd:])
+		}
+	}
+}
+
+// dots sets scores[t] = (q·k[t])·scale, where key t is k[t*len(q):], each
+// dot product summed in dimension order. Four keys go at once, with four
+// independent sums, so that the additions' latency overlaps; every sum is
+// still the same sequence of float32 operations as one at a time.
+func dots(scores, q, k []float32, scale float32) {
+	hd := len(q)
+	t := 0
+	for ; t+4 <= len(scores); t += 4 {
+		k0 := k[t*hd : (t+1)*hd]
+		k1 := k[(t+1)*hd : (t+2)*hd]
+		k2 := k[(t+2)*hd : (t+3)*hd]
+		k3 := k[(t+3)*hd : (t+4)*hd]
+		var d0, d1, d2, d3 float32
+		for d, qv := range q {
+			d0 += qv * k0[d]
+			d1 += qv * k1[d]
+			d2 += qv * k2[d]
+			d3 += qv * k3[d]
+		}
+		scores[t], scores[t+1], scores[t+2], scores[t+3] = d0*scale, d1*scale, d2*scale, d3*scale
+	}
+	for ; t < len(scores); t++ {
+		kt := k[t*hd : (t+1)*hd]
+		var dot float32
+		for d, qv := range q {
+			dot += qv * kt[d]
+		}
+		scores[t] = dot * scale
+	}
+}
+
+// weighted adds p[t]·v[t] to out for every t in order, where value t is
+// v[t*len(out):]. Four values go at once per dimension, added one after
+// another, the same operations as one value at a time.
+func weighted(out, p, v []float32) {
+	hd := len(out)
+	t := 0
+	for ; t+4 <= len(p); t += 4 {
+		p0, p1, p2, p3 := p[t], p[t+1], p[t+2], p[t+3]
+		v0 := v[t*hd : (t+1)*hd]
+		v1 := v[(t+1)*hd : (t+2)*hd]
+		v2 := v[(t+2)*hd : (t+3)*hd]
+		v3 := v[(t+3)*hd : (t+4)*hd]
+		for d, o := range out {
+			o += p0 * v0[d]
+			o += p1 * v1[d]
+			o += p2 * v2[d]
+			o += p3 * v3[d]
+			out[d] = o
+		}
+	}
+	for ; t < len(p); t++ {
+		vt := v[t*hd : (t+1)*hd]
+		for d := range out {
+			out[d] += p[t] * vt[d]
 		}
 	}
 }
