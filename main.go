@@ -5,6 +5,8 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -17,9 +19,16 @@ func main() {
 	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-h" || args[0] == "--help") {
 		os.Exit(cli.Main(args, os.Stdout, os.Stderr))
 	}
-	fs := flag.NewFlagSet("kvscope", flag.ExitOnError)
+	fs := flag.NewFlagSet("kvscope", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // one line of our own, not the usage
 	model := fs.String("m", "", "GGUF model `file` to open")
-	fs.Usage = func() { cli.Usage(fs.Output()); fs.PrintDefaults() }
-	fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		fmt.Fprintf(os.Stderr, "kvscope: %v (run 'kvscope help' for the commands)\n", err)
+		os.Exit(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "kvscope: unexpected argument %q after the window's flags (run 'kvscope help' for the commands)\n", fs.Arg(0))
+		os.Exit(2)
+	}
 	app.Run(*model)
 }
