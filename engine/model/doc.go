@@ -9,6 +9,15 @@
 // positions 0..position of its own sequence through its block table. It
 // returns logits only for the rows that ask for them.
 //
+// Forward (forward.go) is written once, step by step, against the
+// engine/backend interface; the backend does the arithmetic and owns the
+// memory: the weights (bound on first use, or by Use), the K/V pool
+// (NewCache) and the activations. The model runs on backend.Go, the pure Go
+// reference, unless Use moves it. Its activation buffers live in a run state
+// (llama2.c's RunState) that Forward reuses from call to call and grows when
+// a batch is larger than any before, so a step of a size already seen
+// allocates only the logits it returns.
+//
 // Every row's arithmetic runs in an order that depends only on that row, its
 // sequence's cache and the weights, never on the other rows of the batch:
 // the result of a row is bit-identical whether it runs alone or batched.
