@@ -33,27 +33,26 @@ var scalingInputs = []struct {
 	{"mixed", func(n int) string { return strings.Repeat("a 1!'\n\u00e9\t", n/9) }},
 }
 
-// scalingN is the input size of the scaling tests: large enough that a
-// split takes milliseconds, well above timer noise.
-const scalingN = 1 << 16
-
 // checkLinear fails unless the work prepare(2n) returns takes at most 2.5
 // times as long as the work prepare(n) returns. prepare builds the input
-// outside the timing. Each is timed several times, interleaved and with
-// the garbage collector off, and the best times are compared; on a busy
-// machine the comparison is tried up to three times, since only a
+// outside the timing. Each is timed several times in CPU time of the
+// thread, interleaved and with the garbage collector off, and the best
+// times are compared; on a busy
+// machine the comparison is tried up to five times, since only a
 // consistent excess (a quadratic cost gives about 4) means a failure.
 func checkLinear(t *testing.T, n int, prepare func(n int) func()) {
 	t.Helper()
 	small, large := prepare(n), prepare(2*n)
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	timed := func(f func()) time.Duration {
-		start := time.Now()
+		start := threadCPU()
 		f()
-		return time.Since(start)
+		return threadCPU() - start
 	}
 	var t1, t2 time.Duration
-	for range 3 {
+	for range 5 {
 		small() // warm up
 		t1, t2 = time.Duration(1<<63-1), time.Duration(1<<63-1)
 		for range 5 {
