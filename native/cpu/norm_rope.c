@@ -21,7 +21,11 @@ static int rmsnorm(float *out, const float *x, const float *weight, int64_t n, i
 	return KVS_OK;
 }
 
-static int rope(float *x, int64_t n, int64_t heads, int64_t head_dim, int64_t rope_dim, const int32_t *pos,
+/* rope is kept out of the vectorizers: GCC 12 turns its rotation into
+ * fused vfmaddsub instructions even under -ffp-contract=off, which would
+ * change bits from path to path (the Makefile's fused-instruction check
+ * catches such code). */
+__attribute__((optimize("no-tree-vectorize"))) static int rope(float *x, int64_t n, int64_t heads, int64_t head_dim, int64_t rope_dim, const int32_t *pos,
                 float base, float scale, const float *ff, int neox) {
 	float theta_scale = (float)pow((double)base, -2.0 / (double)rope_dim);
 	int64_t half = rope_dim / 2;
