@@ -189,6 +189,9 @@ func (m *Model) Backend() backend.Backend {
 }
 
 func (m *Model) check(kv backend.Cache, b *Batch) error {
+	if kv == nil || b == nil {
+		return errors.New("a forward pass needs a K/V cache and a batch")
+	}
 	n := len(b.Tokens)
 	if len(b.Pos) != n || len(b.Blocks) != n || len(b.Logits) != n {
 		return errors.New("batch rows have different lengths")

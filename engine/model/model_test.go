@@ -201,9 +201,14 @@ func TestForwardErrors(t *testing.T) {
 		{"block outside store", kv, Batch{Tokens: []int{1}, Pos: []int{0}, Blocks: [][]int{{7}}, Logits: []bool{true}}, "outside the store"},
 		{"ragged", kv, Batch{Tokens: []int{1}, Pos: []int{0, 1}}, "different lengths"},
 		{"wrong store shape", other, Batch{Tokens: []int{1}, Pos: []int{0}, Blocks: [][]int{{0}}, Logits: []bool{true}}, "the model needs"},
+		{"no cache", nil, Batch{Tokens: []int{1}, Pos: []int{0}, Blocks: [][]int{{0}}, Logits: []bool{true}}, "needs a K/V cache"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := m.Forward(tc.kv, &tc.b)
+			var kv backend.Cache
+			if tc.kv != nil {
+				kv = tc.kv
+			}
+			_, err := m.Forward(kv, &tc.b)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
@@ -312,5 +317,42 @@ func TestForwardReusesBuffers(t *testing.T) {
 				t.Errorf("a second Forward allocates %v times, want at most 2 (the logits)", allocs)
 			}
 		})
+	}
+}
+
+// TestUse: moving the model to another backend (here a second Go backend)
+// rebinds its weights and keeps its logits, on a cache made by NewCache.
+func TestUse(t *testing.T) {
+	m := load(t, "models/stories260K.gguf")
+	ids := []int{1, 403, 407, 261, 378}
+	run := func() [][]float32 {
+		kv, err := m.NewCache(m.CacheConfig(4, 4, kvstore.F16, kvstore.F16))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b Batch
+		for i, id := range ids {
+			b.Add(id, i, []int{0, 1, 2, 3}, true)
+		}
+		logits, err := m.Forward(kv, &b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return logits
+	}
+	before := run()
+	if err := m.Use(backend.Go()); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Backend().Name(); got != "go" {
+		t.Errorf("backend %q, want go", got)
+	}
+	after := run()
+	for i := range before {
+		for v := range before[i] {
+			if before[i][v] != after[i][v] {
+				t.Fatalf("row %d logit %d: %v before Use, %v after", i, v, before[i][v], after[i][v])
+			}
+		}
 	}
 }
