@@ -32,20 +32,22 @@ func (t *Tokenizer) render(id int) string {
 	return ""
 }
 
-// decodeByteLevel maps GPT-2 byte-alphabet text back to its bytes. Code
-// points outside the alphabet are written as llama.cpp does,
-// [UNK_BYTE_0x..], so that nothing is silently lost.
+// decodeByteLevel maps GPT-2 byte-alphabet text back to its bytes. A code
+// point outside the alphabet is written as [UNK_BYTE_0x..] with its UTF-8
+// bytes in hex, so that nothing is silently lost. (llama.cpp also appends
+// the token's whole text to each, which makes a token of n such code points
+// cost n² bytes; we leave it out.)
 func decodeByteLevel(text string) string {
 	var b strings.Builder
 	b.Grow(len(text))
+	var buf [utf8.UTFMax]byte
 	for _, r := range text {
 		if c, ok := unicodeToByte[r]; ok {
 			b.WriteByte(c)
 			continue
 		}
 		b.WriteString("[UNK_BYTE_0x")
-		b.WriteString(hex.EncodeToString([]byte(string(r))))
-		b.WriteString(text)
+		b.WriteString(hex.EncodeToString(buf[:utf8.EncodeRune(buf[:], r)]))
 		b.WriteString("]")
 	}
 	return b.String()

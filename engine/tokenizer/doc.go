@@ -67,5 +67,8 @@
 // the end-of-turn token by text in hash-map order when the metadata names
 // none; we prefer the texts in a fixed order (<|eot_id|>, <|im_end|>, ...).
 // Per-model token attributes that llama.cpp sets by model name (lstrip and
-// rstrip for Phi-3 and a few embedding models) are not applied.
+// rstrip for Phi-3 and a few embedding models) are not applied. A code point
+// of a BPE token that is outside GPT-2's byte alphabet renders as
+// [UNK_BYTE_0x..], without the token's whole text that llama.cpp appends to
+// each such code point (which costs n² bytes for n of them).
 package tokenizer
