@@ -2,10 +2,6 @@
  * compiled once per path. */
 #include "simd.h"
 
-/* vecs is the most activation vectors whose sums one pass over a weight row
- * keeps (weights decoded once per pass). */
-enum { vecs = 32 };
-
 static int quantize_acts(uint32_t type, const float *x, int64_t cols, int64_t n, void *qx) {
 	if (type == 0 || type == 1 || type == 30) return KVS_OK;
 	int k = type >= 12 && type <= 14;
@@ -43,13 +39,12 @@ static int quantize_acts(uint32_t type, const float *x, int64_t cols, int64_t n,
 	return KVS_OK;
 }
 
-/* unpack5 writes a Q5_0/Q5_1 block's 32 five-bit codes. */
-static inline void unpack5(const uint8_t *qh4, const uint8_t *qs, uint8_t *u) {
+/* unpack5 returns a Q5_0/Q5_1 block's 32 five-bit codes. */
+static inline kvs_u32 unpack5(const uint8_t *qh4, const uint8_t *qs) {
 	uint32_t qh = (uint32_t)qh4[0] | (uint32_t)qh4[1] << 8 | (uint32_t)qh4[2] << 16 | (uint32_t)qh4[3] << 24;
-	for (int j = 0; j < 16; j++) {
-		u[j] = (uint8_t)((qs[j] & 15) | ((qh >> j) & 1) << 4);
-		u[j + 16] = (uint8_t)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
-	}
+	kvs_u32 u = unpack_nib(qs);
+	for (int j = 0; j < 32; j++) u[j] |= (uint8_t)(((qh >> j) & 1) << 4);
+	return u;
 }
 
 /* scale_min_k4 decodes Q4_K/Q5_K sub-block j's 6-bit scale and min. */
@@ -62,57 +57,97 @@ static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
 	}
 }
 
+/* A tile is up to tr rows by tv vectors; each (row, vector) keeps eight
+ * float lanes (acc) and one float sum of offsets and mins (accm). */
+enum { tr = 4, tv = 4 };
+
+#define CVT(i) __builtin_convertvector((i), kvs_f8)
+
 /* mm32 multiplies rows of a 32-element block type. Per (row, vector), in
- * block order: acc += (dw*dx)*isum, and for Q4_1/Q5_1 then acc += (mw*dx)*s. */
+ * block order: acc += float(lane sums of codes × activation codes) × (dw·dx)
+ * (Q4_0 and Q5_0 codes signed: q-8, q-16), then for Q4_1 and Q5_1
+ * accm += (mw·dx)·float(s), s the block's activation code sum. */
+/* mm32_tile computes rows [r0, r0+nr) for vectors [b0, b0+nv); inlined with
+ * constant nr and nv, its sums stay in registers. */
+static inline __attribute__((always_inline)) void mm32_tile(uint32_t type, const uint8_t *w, int64_t rows,
+                                                           int64_t nb, int64_t tsz, int64_t r0, int64_t b0,
+                                                           const struct act32 *qx, float *out, const int nr,
+                                                           const int nv) {
+	kvs_f8 acc[tr][tv] = {{{0}}};
+	float accm[tr][tv] = {{0}};
+	for (int64_t i = 0; i < nb; i++) {
+		const struct act32 *a = qx + b0 * nb + i;
+		for (int rr = 0; rr < nr; rr++) {
+			const uint8_t *blk = w + ((r0 + rr) * nb + i) * tsz;
+			float d = kvs_h2f(kvs_le16(blk));
+			switch (type) {
+			case 8: { /* Q8_0: d | qs[32] int8, x = d*q */
+				kvs_b32 c = (kvs_b32)load32(blk + 2);
+				for (int v = 0; v < nv; v++) acc[rr][v] += CVT(lanes_s8s8(c, a[v * nb].q)) * (d * a[v * nb].d);
+				break;
+			}
+			case 2: /* Q4_0: d | qs[16], x = d*(q-8) */
+			case 6: { /* Q5_0: d | qh | qs[16], x = d*(q-16) */
+				kvs_b32 c = type == 2 ? (kvs_b32)unpack_nib(blk + 2) - 8 : (kvs_b32)unpack5(blk + 2, blk + 6) - 16;
+				for (int v = 0; v < nv; v++) acc[rr][v] += CVT(lanes_s8s8(c, a[v * nb].q)) * (d * a[v * nb].d);
+				break;
+			}
+			default: { /* Q4_1: d | m | qs[16]; Q5_1: d | m | qh | qs[16]; x = d*q + m */
+				float m = kvs_h2f(kvs_le16(blk + 2));
+				kvs_u32 u = type == 3 ? unpack_nib(blk + 4) : unpack5(blk + 4, blk + 8);
+				for (int v = 0; v < nv; v++) {
+					acc[rr][v] += CVT(lanes_u8s8(u, a[v * nb].q)) * (d * a[v * nb].d);
+					accm[rr][v] += (m * a[v * nb].d) * (float)a[v * nb].s;
+				}
+			}
+			}
+		}
+	}
+	for (int rr = 0; rr < nr; rr++)
+		for (int v = 0; v < nv; v++) out[(b0 + v) * rows + r0 + rr] = lane_sum8(acc[rr][v]) + accm[rr][v];
+}
+
+/* mm32 multiplies rows of a 32-element block type. Per (row, vector), in
+ * block order: acc += float(lane sums of codes × activation codes) × (dw·dx)
+ * (Q4_0 and Q5_0 codes signed: q-8, q-16), then for Q4_1 and Q5_1
+ * accm += (mw·dx)·float(s), s the block's activation code sum. Tiles are
+ * 4 rows × 1 vector for one vector (independent sums to overlap), else
+ * 2 rows × 4 vectors (weights decoded once for four vectors). */
 static void mm32(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                  const struct act32 *qx, int64_t n, float *out) {
 	int64_t nb = cols / 32;
 	int64_t tsz = type == 2 ? 18 : type == 3 ? 20 : type == 6 ? 22 : type == 7 ? 24 : 34;
-	for (int64_t r = row0; r < row1; r++) {
-		const uint8_t *wr = w + r * nb * tsz;
-		for (int64_t b0 = 0; b0 < n; b0 += vecs) {
-			int nv = (int)(n - b0 < vecs ? n - b0 : vecs);
-			float acc[vecs] = {0};
-			for (int64_t i = 0; i < nb; i++) {
-				const uint8_t *blk = wr + i * tsz;
-				const struct act32 *a = qx + b0 * nb + i;
-				float d = kvs_h2f(kvs_le16(blk));
-				uint8_t u[32];
-				switch (type) {
-				case 8: /* Q8_0: d | qs[32] int8 */
-					for (int v = 0; v < nv; v++)
-						acc[v] += (d * a[v * nb].d) * (float)dot_s8s8_32((const int8_t *)blk + 2, a[v * nb].q);
-					break;
-				case 2: /* Q4_0: d | qs[16], x = d*(q-8) */
-					for (int v = 0; v < nv; v++)
-						acc[v] += (d * a[v * nb].d) * (float)(dot_nib32(blk + 2, a[v * nb].q) - 8 * a[v * nb].s);
-					break;
-				case 3: { /* Q4_1: d | m | qs[16], x = d*q + m */
-					float m = kvs_h2f(kvs_le16(blk + 2));
-					for (int v = 0; v < nv; v++) {
-						acc[v] += (d * a[v * nb].d) * (float)dot_nib32(blk + 4, a[v * nb].q);
-						acc[v] += (m * a[v * nb].d) * (float)a[v * nb].s;
-					}
-					break;
-				}
-				case 6: /* Q5_0: d | qh | qs[16], x = d*(q-16) */
-					unpack5(blk + 2, blk + 6, u);
-					for (int v = 0; v < nv; v++)
-						acc[v] += (d * a[v * nb].d) * (float)(dot_u8s8_32(u, a[v * nb].q) - 16 * a[v * nb].s);
-					break;
-				default: { /* Q5_1: d | m | qh | qs[16], x = d*q + m */
-					float m = kvs_h2f(kvs_le16(blk + 2));
-					unpack5(blk + 4, blk + 8, u);
-					for (int v = 0; v < nv; v++) {
-						acc[v] += (d * a[v * nb].d) * (float)dot_u8s8_32(u, a[v * nb].q);
-						acc[v] += (m * a[v * nb].d) * (float)a[v * nb].s;
-					}
-				}
+#define TILE(R, V) mm32_tile(type, w, rows, nb, tsz, r0, b0, qx, out, R, V)
+	/* Chunks of rows small enough to stay in cache while every group of
+	 * vectors passes over them. */
+	int64_t chunk = 65536 / (nb * tsz) + 1;
+	for (int64_t c0 = row0; c0 < row1; c0 += chunk) {
+		int64_t c1 = c0 + chunk < row1 ? c0 + chunk : row1;
+		for (int64_t b0 = 0; b0 < n;) {
+			int64_t left = n - b0;
+			int nv = left >= 4 ? 4 : left == 3 ? 3 : left == 2 ? 2 : 1;
+			int step = nv == 1 ? 4 : 2;
+			int64_t r0 = c0;
+			for (; r0 + step <= c1; r0 += step) {
+				switch (nv) {
+				case 1: TILE(4, 1); break;
+				case 2: TILE(2, 2); break;
+				case 3: TILE(2, 3); break;
+				default: TILE(2, 4);
 				}
 			}
-			for (int v = 0; v < nv; v++) out[(b0 + v) * rows + r] = acc[v];
+			for (; r0 < c1; r0++) {
+				switch (nv) {
+				case 1: TILE(1, 1); break;
+				case 2: TILE(1, 2); break;
+				case 3: TILE(1, 3); break;
+				default: TILE(1, 4);
+				}
+			}
+			b0 += nv;
 		}
 	}
+#undef TILE
 }
 
 /* unpack_k decodes one K-quant super-block into 256 codes, 16 scales (one per
@@ -156,9 +191,10 @@ static inline float unpack_k(uint32_t type, const uint8_t *b, uint8_t *u, int16_
 }
 
 /* mmk multiplies rows of a K-quant type. Per (row, vector), in super-block
- * order: acc += (d*dx)*isum, then for Q4_K/Q5_K acc -= (dmin*dx)*msum, where
- * isum is the exact sum of scale*code*activation code (Q6_K's codes offset
- * by -32) and msum of min*activation code. */
+ * order: acc += float(lanes_k of codes, activation codes and scales) ×
+ * (d·dx), then accm += (d·dx)·float(-32·msum) for Q6_K (msum: scales ×
+ * activation sums of 16) or accm -= (dmin·dx)·float(msum) for Q4_K/Q5_K
+ * (msum: mins × activation sums of 16). */
 static void mmk(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                 const struct act256 *qx, int64_t n, float *out) {
 	int64_t nb = cols / 256, tsz = type == 12 ? 144 : type == 13 ? 176 : 210;
@@ -166,25 +202,26 @@ static void mmk(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int
 	int16_t sc[16], mn[16];
 	for (int64_t r = row0; r < row1; r++) {
 		const uint8_t *wr = w + r * nb * tsz;
-		for (int64_t b0 = 0; b0 < n; b0 += vecs) {
-			int nv = (int)(n - b0 < vecs ? n - b0 : vecs);
-			float acc[vecs] = {0};
+		for (int64_t b0 = 0; b0 < n; b0 += 32) {
+			int nv = (int)(n - b0 < 32 ? n - b0 : 32);
+			kvs_f8 acc[32] = {{0}};
+			float accm[32] = {0};
 			for (int64_t i = 0; i < nb; i++) {
 				float dmin, d = unpack_k(type, wr + i * tsz, u, sc, mn, &dmin);
 				for (int v = 0; v < nv; v++) {
 					const struct act256 *a = qx + (b0 + v) * nb + i;
-					int32_t isum = dot_u8s8_256_sc(u, a->q, sc), msum = 0;
+					int32_t msum = 0;
+					acc[v] += CVT(lanes_k(u, a->q, sc)) * (d * a->d);
 					if (type == 14) {
 						for (int g = 0; g < 16; g++) msum += sc[g] * a->bsums[g];
-						acc[v] += (d * a->d) * (float)(isum - 32 * msum);
+						accm[v] += (d * a->d) * (float)(-32 * msum);
 					} else {
 						for (int g = 0; g < 16; g++) msum += mn[g] * a->bsums[g];
-						acc[v] += (d * a->d) * (float)isum;
-						acc[v] -= (dmin * a->d) * (float)msum;
+						accm[v] -= (dmin * a->d) * (float)msum;
 					}
 				}
 			}
-			for (int v = 0; v < nv; v++) out[(b0 + v) * rows + r] = acc[v];
+			for (int v = 0; v < nv; v++) out[(b0 + v) * rows + r] = lane_sum8(acc[v]) + accm[v];
 		}
 	}
 }

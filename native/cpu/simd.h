@@ -117,103 +117,109 @@ static inline float dot_any(const void *w, int kind, const float *x, int64_t n) 
 static inline float dot_any(const void *w, int kind, const float *x, int64_t n) { return dot_scalar(w, kind, x, n); }
 #endif
 
-/* --- exact integer dot products of 8-bit codes. */
+/* --- exact integer products of 8-bit codes, as eight int32 lane sums: lane
+ * m of a 32-code block sums codes 4m..4m+3 (the layout of x86's
+ * maddubs+madd and VNNI's dpbusd). GCC vector types carry them, so the
+ * scalar path runs the same lane arithmetic on baseline SIMD. */
 
-#if defined(__AVX2__)
-static inline int32_t hsum_i32(__m256i v) {
-	__m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-	a = _mm_add_epi32(a, _mm_unpackhi_epi64(a, a));
-	a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 1));
-	return _mm_cvtsi128_si32(a);
-}
-/* dot_u8s8_v: sum of u*s over 32 bytes, as int32 lanes (u < 128). */
-static inline __m256i dot_u8s8_v(__m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-	return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#else
-	return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
-#endif
+typedef int8_t kvs_b32 __attribute__((vector_size(32)));
+typedef uint8_t kvs_u32 __attribute__((vector_size(32)));
+typedef int32_t kvs_i8 __attribute__((vector_size(32)));
+typedef float kvs_f8 __attribute__((vector_size(32)));
 
-/* dot_s8s8_32 returns sum a[i]*b[i] over 32 int8 (b within ±127). */
-static inline int32_t dot_s8s8_32(const int8_t *a, const int8_t *b) {
-#if defined(__AVX2__)
-	__m256i va = _mm256_loadu_si256((const __m256i *)a), vb = _mm256_loadu_si256((const __m256i *)b);
-	return hsum_i32(dot_u8s8_v(_mm256_sign_epi8(va, va), _mm256_sign_epi8(vb, va)));
-#elif defined(__ARM_NEON)
-	int16x8_t p0 = vmull_s8(vld1_s8(a), vld1_s8(b));
-	p0 = vmlal_s8(p0, vld1_s8(a + 8), vld1_s8(b + 8));
-	int16x8_t p1 = vmull_s8(vld1_s8(a + 16), vld1_s8(b + 16));
-	p1 = vmlal_s8(p1, vld1_s8(a + 24), vld1_s8(b + 24));
-	return vaddvq_s32(vaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1)));
-#else
-	int32_t s = 0;
-	for (int i = 0; i < 32; i++) s += a[i] * b[i];
-	return s;
-#endif
+/* load32 reads 32 bytes. */
+static inline kvs_u32 load32(const void *p) {
+	kvs_u32 v;
+	memcpy(&v, p, 32);
+	return v;
 }
 
-/* dot_u8s8_32 returns sum u[i]*s[i] over 32 codes u < 64. */
-static inline int32_t dot_u8s8_32(const uint8_t *u, const int8_t *s) {
-#if defined(__AVX2__)
-	return hsum_i32(dot_u8s8_v(_mm256_loadu_si256((const __m256i *)u), _mm256_loadu_si256((const __m256i *)s)));
-#else
-	int32_t r = 0;
-	for (int i = 0; i < 32; i++) r += u[i] * s[i];
-	return r;
-#endif
-}
-
-/* dot_nib32 returns sum over j<16 of lo(qs[j])*s[j] + hi(qs[j])*s[j+16]:
- * a Q4_0/Q4_1 block's codes times an activation block's. */
-static inline int32_t dot_nib32(const uint8_t *qs, const int8_t *s) {
+/* unpack_nib returns a Q4 block's 32 codes: lo(qs[j]) at j, hi(qs[j]) at j+16. */
+static inline kvs_u32 unpack_nib(const uint8_t *qs) {
 #if defined(__AVX2__)
 	__m128i q = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(15);
-	__m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-	return hsum_i32(dot_u8s8_v(u, _mm256_loadu_si256((const __m256i *)s)));
+	return (kvs_u32)_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
 #else
-	int32_t r = 0;
-	for (int j = 0; j < 16; j++) r += (qs[j] & 15) * s[j] + (qs[j] >> 4) * s[j + 16];
+	kvs_u32 u;
+	for (int j = 0; j < 16; j++) u[j] = qs[j] & 15, u[j + 16] = qs[j] >> 4;
+	return u;
+#endif
+}
+
+#if defined(__AVX2__)
+/* lanes_v: the lane sums of u*q as AVX2 registers (u < 128, |q| <= 127). */
+static inline __m256i lanes_v(__m256i u, __m256i q) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+	return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q);
+#else
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
+#endif
+}
+#endif
+
+/* lanes_u8s8 returns the lane sums of u*q (codes u < 128, q within ±127). */
+static inline kvs_i8 lanes_u8s8(kvs_u32 u, const int8_t *q) {
+#if defined(__AVX2__)
+	return (kvs_i8)lanes_v((__m256i)u, _mm256_loadu_si256((const __m256i *)q));
+#else
+	kvs_i8 r;
+	for (int m = 0; m < 8; m++) {
+		int32_t s = 0;
+		for (int e = 4 * m; e < 4 * m + 4; e++) s += u[e] * q[e];
+		r[m] = s;
+	}
 	return r;
 #endif
 }
 
-/* dot_u8s8_256_sc returns sum u[i]*s[i]*sc[i/16] over 256 codes u < 64,
- * |sc| < 128: a K-quant super-block's codes times its sub-block scales. */
-static inline int32_t dot_u8s8_256_sc(const uint8_t *u, const int8_t *s, const int16_t *sc) {
-#if defined(__AVX512BW__)
-	__m512i acc = _mm512_setzero_si512();
-	__m512i scv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)sc));
-	for (int k = 0; k < 4; k++) {
-		/* int16 lane i of this 64-byte chunk covers bytes 2i, 2i+1: group 4k + i/8. */
-		__m512i idx = _mm512_set_epi16(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3,
-		                               4 * k + 3, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2,
-		                               4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
-		                               4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k,
-		                               4 * k);
-		__m512i p = _mm512_maddubs_epi16(_mm512_loadu_si512(u + 64 * k), _mm512_loadu_si512(s + 64 * k));
-		acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_permutexvar_epi16(idx, scv)));
+/* lanes_s8s8 returns the lane sums of a*q (int8 codes a, q within ±127). */
+static inline kvs_i8 lanes_s8s8(kvs_b32 a, const int8_t *q) {
+#if defined(__AVX2__)
+	__m256i va = (__m256i)a, vq = _mm256_loadu_si256((const __m256i *)q);
+	return (kvs_i8)lanes_v(_mm256_sign_epi8(va, va), _mm256_sign_epi8(vq, va));
+#else
+	kvs_i8 r;
+	for (int m = 0; m < 8; m++) {
+		int32_t s = 0;
+		for (int e = 4 * m; e < 4 * m + 4; e++) s += a[e] * q[e];
+		r[m] = s;
 	}
-	return _mm512_reduce_add_epi32(acc);
-#elif defined(__AVX2__)
+	return r;
+#endif
+}
+
+/* lanes_k returns, for 256 codes u < 64 with a scale per 16 (|sc| < 128),
+ * lane m = sum over chunks k < 8 of codes 32k+4m..32k+4m+3 times their
+ * activation codes and scale. */
+static inline kvs_i8 lanes_k(const uint8_t *u, const int8_t *q, const int16_t *sc) {
+#if defined(__AVX2__)
 	__m256i acc = _mm256_setzero_si256();
 	for (int k = 0; k < 8; k++) {
 		__m256i p = _mm256_maddubs_epi16(_mm256_loadu_si256((const __m256i *)(u + 32 * k)),
-		                                 _mm256_loadu_si256((const __m256i *)(s + 32 * k)));
+		                                 _mm256_loadu_si256((const __m256i *)(q + 32 * k)));
 		__m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
 		acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scv));
 	}
-	return hsum_i32(acc);
+	return (kvs_i8)acc;
 #else
-	int32_t r = 0;
-	for (int g = 0; g < 16; g++) {
-		int32_t t = 0;
-		for (int i = 0; i < 16; i++) t += u[16 * g + i] * s[16 * g + i];
-		r += t * sc[g];
-	}
+	kvs_i8 r = {0};
+	for (int k = 0; k < 8; k++)
+		for (int m = 0; m < 8; m++) {
+			int32_t s = 0;
+			for (int e = 32 * k + 4 * m; e < 32 * k + 4 * m + 4; e++) s += u[e] * q[e];
+			r[m] += s * sc[(32 * k + 4 * m) / 16];
+		}
 	return r;
 #endif
+}
+
+/* lane_sum8 sums eight lanes as (l, l+4), (l, l+2), (l, l+1). */
+static inline float lane_sum8(kvs_f8 v) {
+	float a[8];
+	memcpy(a, &v, 32);
+	for (int s = 4; s >= 1; s >>= 1)
+		for (int l = 0; l < s; l++) a[l] += a[l + s];
+	return a[0];
 }
 
 #endif
