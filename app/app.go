@@ -68,12 +68,17 @@ func Run(modelPath string) {
 	}
 	a, err := New(fa, w, dir)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "kvscope:", err)
-		os.Exit(1)
+		fail(w, err)
+		return
 	}
 	w.SetCloseIntercept(func() {
-		a.Close()
-		w.Close()
+		// The window goes at once; the engine ends its step behind it.
+		w.Hide()
+		stopped := a.close()
+		go func() {
+			<-stopped
+			fyne.Do(w.Close)
+		}()
 	})
 	switch {
 	case shot != "":
@@ -89,12 +94,28 @@ func Run(modelPath string) {
 	w.ShowAndRun()
 }
 
+// fail tells the user why kvscope cannot start (on stderr, and in the
+// window, for a user who started it from a menu) and exits with status 1
+// when the window is closed.
+func fail(w fyne.Window, err error) {
+	fmt.Fprintln(os.Stderr, "kvscope:", err)
+	msg := widget.NewLabel(err.Error() + ".")
+	msg.Wrapping = fyne.TextWrapWord
+	quit := widget.NewButton("Quit", func() { os.Exit(1) })
+	w.SetContent(container.NewPadded(container.NewBorder(nil, container.NewCenter(quit), nil, nil, msg)))
+	w.Resize(fyne.NewSize(520, 160))
+	w.SetCloseIntercept(func() { os.Exit(1) })
+	w.ShowAndRun()
+	os.Exit(1)
+}
+
 // App is kvscope's main window: the chat pane, the inspector, the cache
 // controls, teaching mode and the model panel, over one engine.
 type App struct {
-	fa  fyne.App
-	win fyne.Window
-	st  *store.Store
+	fa   fyne.App
+	win  fyne.Window
+	st   *store.Store
+	lock *store.Lock // the data folder's: held until Close
 
 	settings store.Settings
 	chat     *chat.Pane
@@ -110,6 +131,8 @@ type App struct {
 	content  *fyne.Container
 	recent   *fyne.Container
 	problems []string // load problems to tell the user
+	opening  string   // the model being loaded ("" when none is)
+	closed   bool
 
 	mu   sync.Mutex // guards eng and mdl: the live loop reads them
 	eng  *engine.Engine
@@ -123,14 +146,24 @@ type App struct {
 }
 
 // New builds the window's content on w, with conversations and settings
-// kept in dir. A corrupt file there is set aside and reported in the
-// window; it is not an error.
+// kept in dir, whose lock it holds until Close. A corrupt file there is set
+// aside and reported in the window; it is not an error. When another
+// kvscope holds dir the error is a *store.InUseError and nothing in dir is
+// touched.
 func New(fa fyne.App, w fyne.Window, dir string) (*App, error) {
+	lock, err := store.Acquire(dir)
+	if err != nil {
+		return nil, err // another kvscope uses dir: touch nothing
+	}
 	st, err := store.Open(dir)
 	if err != nil {
+		lock.Release()
 		return nil, err
 	}
-	a := &App{fa: fa, win: w, st: st, names: map[kvcache.SeqID]string{}, groups: map[kvcache.SeqID]int64{}}
+	a := &App{fa: fa, win: w, st: st, lock: lock, names: map[kvcache.SeqID]string{}, groups: map[kvcache.SeqID]int64{}}
+	if _, err := lock.RemoveStale(); err != nil {
+		a.problems = append(a.problems, err.Error())
+	}
 	a.settings, err = st.LoadSettings()
 	if err != nil {
 		a.problems = append(a.problems, err.Error())
@@ -285,26 +318,33 @@ func (a *App) openAsync(path string) {
 	if path == DemoModel {
 		name = "the demo model"
 	}
+	if a.opening != "" {
+		a.setStatus("Still loading " + a.opening + ": open another model when it is ready.")
+		return
+	}
+	a.opening = name
 	a.setStatus("Loading " + name + "…")
-	cfg := a.cacheConfig() // read here: the settings belong to the UI goroutine
+	// Read here: the settings and the slider belong to the UI goroutine.
+	cfg, delay := a.cacheConfig(), a.teach.delayValue()
 	go func() {
-		l, e, problems, err := load(path, cfg)
+		l, e, problems, err := load(path, cfg, delay)
 		uithread.Do(func() {
+			a.opening = ""
 			if err != nil {
 				a.setStatus(err.Error())
 				dialog.ShowError(err, a.win)
 				return
 			}
-			a.use(l, e, problems)
+			a.use(l, e, problems, delay)
 		})
 	}()
 }
 
 // load opens a model and starts an engine on it with cfg, the saved
-// settings. It runs off the UI goroutine and touches nothing of the App:
-// what the user should hear about (settings this model cannot take) comes
-// back in problems, for use to show.
-func load(path string, cfg engine.Config) (l *loaded, e *engine.Engine, problems []string, err error) {
+// settings, at the slow-motion delay. It runs off the UI goroutine and
+// touches nothing of the App: what the user should hear about (settings
+// this model cannot take) comes back in problems, for use to show.
+func load(path string, cfg engine.Config, delay time.Duration) (l *loaded, e *engine.Engine, problems []string, err error) {
 	l, err = loadModel(path)
 	if err != nil {
 		return nil, nil, nil, err
@@ -320,6 +360,9 @@ func load(path string, cfg engine.Config) (l *loaded, e *engine.Engine, problems
 		problems = append(problems, fmt.Sprintf("The saved cache settings do not suit %s (%v); the defaults are in use.", l.name, err))
 		e = e2
 	}
+	if err := e.SetDelay(delay); err != nil {
+		problems = append(problems, "Slow motion: "+err.Error())
+	}
 	return l, e, problems, nil
 }
 
@@ -328,19 +371,20 @@ func load(path string, cfg engine.Config) (l *loaded, e *engine.Engine, problems
 // it. The UI uses openAsync; tests and scripts this.
 func (a *App) OpenModel(path string) error {
 	var cfg engine.Config
+	var delay time.Duration
 	got := make(chan struct{})
 	uithread.Do(func() {
-		cfg = a.cacheConfig()
+		cfg, delay = a.cacheConfig(), a.teach.delayValue()
 		close(got)
 	})
 	<-got
-	l, e, problems, err := load(path, cfg)
+	l, e, problems, err := load(path, cfg, delay)
 	if err != nil {
 		return err
 	}
 	done := make(chan struct{})
 	uithread.Do(func() {
-		a.use(l, e, problems)
+		a.use(l, e, problems, delay)
 		close(done)
 	})
 	<-done
@@ -354,14 +398,19 @@ func (a *App) cacheConfig() engine.Config {
 }
 
 // use switches the window to a loaded model and its engine (UI goroutine),
-// telling the user the load's problems. The slow-motion slider's delay
-// carries over to the new engine, so the slider never shows a delay that
-// is not in force.
-func (a *App) use(l *loaded, e *engine.Engine, problems []string) {
+// telling the user the load's problems. The engine runs at delay, the
+// slow-motion slider's value when the load started; the slider's value now
+// goes to it if the slider moved since, so the slider never shows a delay
+// that is not in force. After Close, use closes what it was given.
+func (a *App) use(l *loaded, e *engine.Engine, problems []string, delay time.Duration) {
+	if a.closed {
+		go func() { e.Close(); l.close() }()
+		return
+	}
 	a.teach.stopAll()
 	a.teach.forgetSaved() // the new engine runs on the saved settings
 	a.problems = append(a.problems, problems...)
-	a.teach.applyDelay(e)
+	a.teach.delayIn(e, delay)
 	a.mu.Lock()
 	oldE, oldM := a.eng, a.mdl
 	a.eng, a.mdl = e, l
@@ -553,10 +602,24 @@ func (a *App) selectConversation() {
 	}
 }
 
-// Close stops the engine, teaching mode and the chat pane (which saves).
-func (a *App) Close() {
+// Close stops teaching mode, the chat pane (which saves) and the engine,
+// gives up the data folder's lock, and waits for the engine to stop.
+func (a *App) Close() { <-a.close() }
+
+// close is Close without the wait (UI goroutine): the engine stops on its
+// own goroutine, after the step under way, and the channel closes then.
+func (a *App) close() <-chan struct{} {
+	stopped := make(chan struct{})
+	if a.closed {
+		close(stopped)
+		return stopped
+	}
+	a.closed = true
 	a.teach.stopAll()
 	a.chat.Close()
+	if err := a.lock.Release(); err != nil {
+		fmt.Fprintln(os.Stderr, "kvscope:", err)
+	}
 	a.mu.Lock()
 	e, m := a.eng, a.mdl
 	a.eng, a.mdl = nil, nil
@@ -565,8 +628,12 @@ func (a *App) Close() {
 		close(a.live)
 		a.live = nil
 	}
-	if e != nil {
-		e.Close()
-		m.close()
-	}
+	go func() {
+		defer close(stopped)
+		if e != nil {
+			e.Close()
+			m.close()
+		}
+	}()
+	return stopped
 }

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -196,8 +198,9 @@ func TestStepModeExplains(t *testing.T) {
 	if err := a.OpenModel(stories(t)); err != nil {
 		t.Fatal(err)
 	}
+	uithread.Locked(func() { test.Tap(a.teach.pause) })
+	uithread.WaitFor(t, "the pause", func() bool { return a.teach.paused && a.teach.busy == "" })
 	uithread.Locked(func() {
-		test.Tap(a.teach.pause)
 		a.chat.Update(a.chat.Selected(), func(c *store.Conversation) { c.Sampling.MaxTokens = 20 })
 		if err := a.chat.SendText(a.chat.Selected(), "Once upon a time"); err != nil {
 			t.Fatal(err)
@@ -326,4 +329,62 @@ func TestOpeningABrokenModelSaysWhy(t *testing.T) {
 	if a.Engine() != before {
 		t.Error("a failed open replaced the model in use")
 	}
+}
+
+// One kvscope per data folder: a second window on the folder is refused
+// with the folder's name and touches nothing there; the first removed the
+// temporary files a crashed save left; after Close the folder is free.
+func TestSecondInstanceIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, store.ConversationsFile+".tmp-123")
+	if err := os.WriteFile(stale, []byte("{half a save"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := newApp(t, dir)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the stale temporary file is still there (%v)", err)
+	}
+	uithread.Locked(func() { a.chat.Save() })
+	before := listDir(t, dir)
+
+	fa := test.NewTempApp(t)
+	uithread.Locked(func() {
+		w := test.NewTempWindow(t, nil)
+		b, err := New(fa, w, dir)
+		var inUse *store.InUseError
+		if !errors.As(err, &inUse) || b != nil {
+			t.Fatalf("a second window on the folder: %v, %v; want an *store.InUseError", b, err)
+		}
+		if want := "kvscope is already running with data folder " + dir; err.Error() != want {
+			t.Errorf("the refusal says %q, want %q", err, want)
+		}
+	})
+	if after := listDir(t, dir); after != before {
+		t.Errorf("the refused window changed the folder:\nbefore %s\nafter  %s", before, after)
+	}
+	uithread.Locked(a.Close)
+	b, _ := newApp(t, dir)
+	uithread.Locked(func() {
+		if len(b.chat.Conversations().List) == 0 {
+			t.Error("the next window lost the conversations")
+		}
+	})
+}
+
+// listDir describes a folder's files: names, sizes and times.
+func listDir(t *testing.T, dir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s %d %s; ", e.Name(), fi.Size(), fi.ModTime().Format(time.RFC3339Nano))
+	}
+	return b.String()
 }

@@ -3,7 +3,6 @@ package app
 import (
 	"fmt"
 	"strings"
-	"sync/atomic"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/container"
@@ -47,12 +46,10 @@ type controls struct {
 
 	loading bool // show is setting the widgets: do not reconfigure
 
-	// Changes apply in order, each on top of the ones before it: pending
-	// is the config the queued changes lead to (nil when none is queued),
-	// last is closed when the newest queued change has been applied.
-	pending *engine.Config
-	last    chan struct{}
-	epoch   atomic.Int64 // bumped by a refusal: changes queued before it are dropped
+	// flight is the Reconfigure under way (nil when none is); queued are
+	// the changes made since, applied together after it.
+	flight *flight
+	queued []func(cfg *engine.Config)
 }
 
 func newControls(a *App) *controls {
@@ -196,8 +193,11 @@ func (c *controls) showPool(s *engine.Snapshot) {
 }
 
 // apply changes the engine's config through Reconfigure, off the UI
-// goroutine (a rebuild drains running sequences first), and shows the
-// outcome.
+// goroutine (a rebuild drains running sequences first, and any change
+// waits for the step under way), and shows the outcome. One change is in
+// flight at a time: changes made meanwhile wait, built on it, and go to the
+// engine together as one Reconfigure when it is applied, so dragging a
+// slider back and forth never piles up work.
 func (c *controls) apply(change func(cfg *engine.Config)) {
 	if c.loading {
 		return
@@ -211,45 +211,56 @@ func (c *controls) apply(change func(cfg *engine.Config)) {
 		c.a.saveSettings()
 		return
 	}
-	cfg := e.Config()
-	if c.pending != nil {
-		cfg = *c.pending
+	if c.flight != nil {
+		c.queued = append(c.queued, change)
+		c.result.SetText(fmt.Sprintf("Applying… (%d more %s after the one under way)", len(c.queued), plural(len(c.queued), "change", "changes")))
+		return
 	}
-	change(&cfg)
-	c.pending = &cfg
-	prev, done := c.last, make(chan struct{})
-	c.last = done
-	epoch := c.epoch.Load()
-	c.result.SetText("Applying…")
+	c.send(e, []func(*engine.Config){change})
+}
+
+// flight is one Reconfigure under way.
+type flight struct {
+	e       *engine.Engine
+	changes []func(cfg *engine.Config)
+}
+
+// send starts a Reconfigure of e with changes on top of the settings in
+// force (UI goroutine).
+func (c *controls) send(e *engine.Engine, changes []func(cfg *engine.Config)) {
+	cfg := e.Config() // the published settings: does not wait for the engine
+	for _, ch := range changes {
+		ch(&cfg)
+	}
+	f := &flight{e: e, changes: changes}
+	c.flight = f
+	c.result.Importance = widget.MediumImportance
+	c.result.SetText("Applying… (the engine takes it after the step under way)")
 	go func() {
-		if prev != nil {
-			<-prev
-		}
-		if c.epoch.Load() != epoch {
-			close(done) // built on a refused change
-			return
-		}
 		err := e.Reconfigure(cfg)
-		if err != nil {
-			c.epoch.Add(1)
-		}
-		close(done)
-		uithread.Do(func() { c.applied(e, err, done, change) })
+		uithread.Do(func() { c.applied(f, err) })
 	}()
 }
 
 // applied shows the outcome of a Reconfigure (UI goroutine). A refused
 // change drops the changes queued after it, which were built on it. An
-// applied one is saved: while a lesson's settings are in force only change
-// itself is, on top of the saved settings (the rest of the engine's config
-// is the lesson's, not the user's), and the settings from before the
-// lesson, which Restore puts back, take it too; otherwise the engine's
-// whole config is the user's and is saved.
-func (c *controls) applied(e *engine.Engine, err error, done chan struct{}, change func(cfg *engine.Config)) {
+// applied one is saved: while a lesson's settings are in force only the
+// changes themselves are, on top of the saved settings (the rest of the
+// engine's config is the lesson's, not the user's), and the settings from
+// before the lesson, which Restore puts back, take them too; otherwise the
+// engine's whole config is the user's and is saved.
+func (c *controls) applied(f *flight, err error) {
+	e := f.e
+	mine := c.flight == f // else forget dropped it: a model switch
+	if mine {
+		c.flight = nil
+	}
 	if err != nil {
 		c.result.Importance = widget.DangerImportance
 		c.result.SetText("Refused: " + err.Error())
-		c.pending = nil
+		if mine {
+			c.queued = nil
+		}
 	} else {
 		c.result.Importance = widget.SuccessImportance
 		c.result.SetText("Applied: " + describeConfig(e.Config()))
@@ -259,29 +270,48 @@ func (c *controls) applied(e *engine.Engine, err error, done chan struct{}, chan
 			c.a.settings.Cache = cacheSettings(e.Config())
 		} else {
 			cfg := c.a.cacheConfig()
-			change(&cfg)
-			c.a.settings.Cache = cacheSettings(cfg)
-			if current {
-				change(c.a.teach.saved)
+			for _, ch := range f.changes {
+				ch(&cfg)
+				if current {
+					ch(c.a.teach.saved)
+				}
 			}
+			c.a.settings.Cache = cacheSettings(cfg)
 		}
 		c.a.saveSettings()
 	}
-	if done != c.last && err == nil {
-		return // more changes are on their way
+	cur := c.a.Engine()
+	if cur == nil {
+		return
 	}
-	c.pending = nil
-	if cur := c.a.Engine(); cur != nil && cur != e {
-		e = cur // the model changed meanwhile: show what is in force now
+	if c.flight == nil && len(c.queued) > 0 {
+		q := c.queued
+		c.queued = nil
+		c.send(cur, q)
+		return
 	}
-	c.show(e.Config(), e.Snapshot())
+	if c.flight == nil {
+		c.show(cur.Config(), cur.Snapshot()) // what is in force now
+	}
 }
 
 // forget drops the changes queued for the engine in use (UI goroutine):
-// after a model switch they would reconfigure an engine that is going.
+// after a model switch they would reconfigure an engine that is going. A
+// Reconfigure under way on it still reports, but starts nothing after it.
 func (c *controls) forget() {
-	c.pending = nil
-	c.epoch.Add(1)
+	c.flight = nil
+	c.queued = nil
+}
+
+// Busy reports whether a change is on its way to the engine.
+func (c *controls) Busy() bool { return c.flight != nil }
+
+// plural picks a word's form for n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // Result returns the line saying what the last change did.

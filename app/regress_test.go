@@ -259,7 +259,7 @@ func TestHugePoolIsRefusedWithTheReason(t *testing.T) {
 		a.controls.block.OnChangeEnded(0)
 	})
 	uithread.WaitFor(t, "the refusal", func() bool {
-		return a.controls.Result() != "Applying…" && a.controls.pending == nil
+		return !a.controls.Busy() && len(a.controls.queued) == 0
 	})
 	uithread.Locked(func() {
 		if r, want := a.controls.Result(), fmt.Sprintf("at most %d blocks", engine.MaxBlocks); !strings.HasPrefix(r, "Refused:") || !strings.Contains(r, want) {

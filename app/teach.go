@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"image/color"
 	"math/rand/v2"
@@ -63,6 +64,13 @@ type teacher struct {
 	lessonStop context.CancelFunc
 	lessonDone chan struct{}
 	paused     bool
+	// busy names the Pause, Resume or Step under way ("" when none is):
+	// the step-mode buttons stay disabled until it ends, so clicks never
+	// pile up behind a long step.
+	busy string
+	// delayBusy: a SetDelay is under way; delayAgain: the slider moved
+	// meanwhile, so its value goes to the engine when that one ends.
+	delayBusy, delayAgain bool
 
 	// saved is the user's config from before the first lesson changed the
 	// engine (nil when no lesson has since): "Restore my cache settings"
@@ -153,16 +161,44 @@ func delayText(ms float64) string {
 	return fmt.Sprintf("%.0f ms a step", ms)
 }
 
-// applyDelay puts the slow-motion slider's delay in force on e (UI
-// goroutine). If e refuses it, the slider goes back to full speed, which is
-// what e runs at, and says why.
+// delayValue is the slow-motion slider's delay (UI goroutine).
+func (t *teacher) delayValue() time.Duration { return time.Duration(t.delay.Value) * time.Millisecond }
+
+// applyDelay puts the slow-motion slider's delay in force on e, off the UI
+// goroutine (SetDelay waits for the step under way). One SetDelay is under
+// way at a time; the slider's newest value follows when it ends. If e
+// refuses the delay, the slider goes back to full speed and says why.
 func (t *teacher) applyDelay(e *engine.Engine) {
-	d := time.Duration(t.delay.Value) * time.Millisecond
-	if err := e.SetDelay(d); err != nil {
-		t.delay.SetValue(0)
-		t.delayLab.SetText(delayText(0))
-		e.SetDelay(0)
-		t.say("Slow motion: " + err.Error())
+	if t.delayBusy {
+		t.delayAgain = true
+		return
+	}
+	t.delayBusy = true
+	d := t.delayValue()
+	go func() {
+		err := e.SetDelay(d)
+		uithread.Do(func() {
+			t.delayBusy = false
+			if err != nil && !errors.Is(err, engine.ErrClosed) {
+				t.delay.SetValue(0)
+				t.delayLab.SetText(delayText(0))
+				t.say("Slow motion: " + err.Error())
+			}
+			if t.delayAgain {
+				t.delayAgain = false
+				if cur := t.a.Engine(); cur != nil && t.delayValue() != d {
+					t.applyDelay(cur)
+				}
+			}
+		})
+	}()
+}
+
+// delayIn says which delay a new engine runs at (UI goroutine); if the
+// slider moved since, its value goes to e.
+func (t *teacher) delayIn(e *engine.Engine, d time.Duration) {
+	if t.delayValue() != d {
+		t.applyDelay(e)
 	}
 }
 
@@ -172,33 +208,55 @@ func (t *teacher) say(s string) { t.lesson.SetText(s) }
 // sayLater shows a lesson line from a lesson's goroutine.
 func (t *teacher) sayLater(s string) { uithread.Do(func() { t.say(s) }) }
 
-// setPaused pauses or resumes the scheduler.
+// setPaused pauses or resumes the scheduler, off the UI goroutine: the
+// engine takes it after the step under way.
 func (t *teacher) setPaused(p bool) {
 	e := t.a.Engine()
 	if e == nil {
 		t.explain.SetText(errNoModel.Error())
 		return
 	}
-	var err error
-	if p {
-		err = e.Pause()
-	} else {
-		err = e.Resume()
-	}
-	if err != nil {
-		t.explain.SetText(err.Error())
+	if t.busy != "" {
 		return
 	}
-	t.paused = p
-	t.showStepButtons()
+	cmd, doing := e.Resume, "Resuming…"
 	if p {
-		t.explain.SetText("Paused. Step runs one scheduler iteration: one batch of decode tokens and prompt chunks.")
-	} else {
-		t.explain.SetText("Running.")
+		cmd, doing = e.Pause, "Pausing… (the step under way finishes first)"
 	}
+	t.busy = doing
+	t.showStepButtons()
+	t.explain.SetText(doing)
+	go func() {
+		err := cmd()
+		uithread.Do(func() {
+			t.busy = ""
+			if err != nil {
+				t.showStepButtons()
+				t.explain.SetText(err.Error())
+				return
+			}
+			if t.a.Engine() == e {
+				t.paused = p
+			}
+			t.showStepButtons()
+			if p {
+				t.explain.SetText("Paused. Step runs one scheduler iteration: one batch of decode tokens and prompt chunks.")
+			} else {
+				t.explain.SetText("Running.")
+			}
+		})
+	}()
 }
 
+// showStepButtons enables the step-mode buttons that apply now: none while
+// a command is under way.
 func (t *teacher) showStepButtons() {
+	if t.busy != "" {
+		t.pause.Disable()
+		t.step.Disable()
+		t.resume.Disable()
+		return
+	}
 	if t.paused {
 		t.pause.Disable()
 		t.step.Enable()
@@ -213,13 +271,15 @@ func (t *teacher) showStepButtons() {
 // doStep runs one step off the UI goroutine and explains it.
 func (t *teacher) doStep() {
 	e := t.a.Engine()
-	if e == nil {
+	if e == nil || t.busy != "" {
 		return
 	}
-	t.step.Disable()
+	t.busy = "Stepping…"
+	t.showStepButtons()
 	go func() {
 		rep, err := e.Step()
 		uithread.Do(func() {
+			t.busy = ""
 			t.showStepButtons()
 			if err != nil {
 				t.explain.SetText(err.Error())
@@ -233,7 +293,7 @@ func (t *teacher) doStep() {
 // observe follows the engine (UI goroutine): in slow motion each step's
 // explanation shows as it happens.
 func (t *teacher) observe(s *engine.Snapshot) {
-	if s.Paused != t.paused {
+	if s.Paused != t.paused && t.busy == "" {
 		t.paused = s.Paused
 		t.showStepButtons()
 	}
@@ -361,9 +421,7 @@ func (t *teacher) runPreset(p Preset) {
 		return
 	}
 	t.stopLesson()
-	if t.paused {
-		t.setPaused(false)
-	}
+	resume := t.paused // lessons run the scheduler: resumed on the lesson's goroutine
 	if t.saved == nil {
 		cfg := e.Config() // the user's settings, before any lesson's
 		t.saved = &cfg
@@ -375,6 +433,19 @@ func (t *teacher) runPreset(p Preset) {
 	t.say(p.Name + ": " + p.About)
 	go func() {
 		defer close(done)
+		if resume {
+			if err := e.Resume(); err != nil {
+				t.sayLater(p.Name + " stopped: " + err.Error())
+				return
+			}
+			uithread.Do(func() {
+				if t.a.Engine() == e && t.busy == "" {
+					t.paused = false
+					t.showStepButtons()
+					t.explain.SetText("Running.")
+				}
+			})
+		}
 		if err := p.run(t, ctx, e); err != nil && ctx.Err() == nil {
 			t.sayLater(p.Name + " stopped: " + err.Error())
 		}
@@ -542,7 +613,7 @@ func (t *teacher) lessonShared(ctx context.Context, e *engine.Engine) error {
 	if err := <-done; err != nil {
 		return err
 	}
-	sysTokens := len(e.Tokenizer().Encode(sharedSystem+"\n\n", true, true))
+	sysTokens := len(e.Tokenizer().Encode(sharedSystem+"\n\n", true, false))
 	for ctx.Err() == nil {
 		s := e.Snapshot()
 		shared := 0
@@ -590,7 +661,7 @@ func (t *teacher) lessonParallel(ctx context.Context, e *engine.Engine) error {
 			seen = true
 			s := e.Snapshot()
 			t.sayLater(fmt.Sprintf("Four samples fork one sequence and share its %d prompt blocks (ref count 4); each one's first write into the shared last block copies it. Copies on write so far: %d.",
-				(len(e.Tokenizer().Encode(prompt, true, true))+s.Cache.BlockSize-1)/s.Cache.BlockSize, s.Cache.Metrics.CoWCopies-before))
+				(len(e.Tokenizer().Encode(prompt, true, false))+s.Cache.BlockSize-1)/s.Cache.BlockSize, s.Cache.Metrics.CoWCopies-before))
 		}
 	}
 	if ctx.Err() != nil {

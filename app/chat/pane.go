@@ -462,7 +462,7 @@ func (p *Pane) showContext() {
 	}
 	n, ok := p.live[c.ID]
 	if !ok {
-		n = len(p.eng.Tokenizer().Encode(Prompt(*c, len(c.Messages)), true, true))
+		n = len(p.eng.Tokenizer().Encode(Prompt(*c, len(c.Messages)), true, false)) // as Submit encodes it
 	}
 	p.ctxLabel.SetText(fmt.Sprintf("context: %d / %d tokens", n, p.context))
 	p.ctxBar.SetValue(min(1, float64(n)/float64(p.context)))
@@ -566,6 +566,10 @@ func (p *Pane) start(id int64) {
 		sp.Seed = rand.Uint64()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// ParseSpecial stays false: what the user typed is text, so "</s>"
+	// typed in a message is those four characters, not the end token.
+	// Submit returns at once; a request that turns out not to fit ends its
+	// stream with an error, which consume shows.
 	stream, err := p.eng.Submit(ctx, engine.Request{Prompt: Prompt(*c, msg), Sampling: &sp, MaxTokens: s.MaxTokens, Label: c.Title})
 	if err != nil {
 		cancel()

@@ -393,3 +393,32 @@ func TestDeleteButtonAsksFirst(t *testing.T) {
 		})
 	}
 }
+
+// Text the user types as a special token ("</s>") is sent as text, not as
+// the token: the prompt has as many tokens as the text encodes to without
+// special tokens.
+func TestTypedSpecialTokenStaysText(t *testing.T) {
+	e := storiesEngine(t)
+	p, _ := newPane(t, t.TempDir(), e)
+	const typed = "The end.</s>Once upon a time"
+	var prompt string
+	uithread.Locked(func() {
+		id := p.Selected()
+		p.Update(id, func(c *store.Conversation) { c.Sampling.MaxTokens = 2; c.Sampling.Temperature = 0 })
+		if err := p.SendText(id, typed); err != nil {
+			t.Fatal(err)
+		}
+		prompt = Prompt(*p.conv(id), 1)
+	})
+	asText := len(e.Tokenizer().Encode(prompt, true, false))
+	asToken := len(e.Tokenizer().Encode(prompt, true, true))
+	if asText == asToken {
+		t.Fatalf("the prompt %q encodes to %d tokens either way: the test cannot tell", prompt, asText)
+	}
+	uithread.WaitFor(t, "the reply", func() bool { return lastMessage(p).Finish != "" })
+	uithread.Locked(func() {
+		if m := lastMessage(p); m.Prompt != asText {
+			t.Errorf("the prompt went in as %d tokens, want %d (the typed </s> as text; as the token it would be %d)", m.Prompt, asText, asToken)
+		}
+	})
+}

@@ -1,0 +1,280 @@
+package app
+
+import (
+	"bytes"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"fyne.io/fyne/v2/test"
+
+	"kvscope/app/store"
+	"kvscope/app/uithread"
+	"kvscope/engine"
+	"kvscope/engine/kvcache"
+)
+
+// uiLimit is the longest a call on the UI goroutine may wait: a window
+// that waits longer stutters.
+const uiLimit = 50 * time.Millisecond
+
+// uiFrame is the function under which uiTimer runs each UI call.
+const uiFrame = "kvscope/app.(*uiTimer).measure.func1"
+
+// uiTimer runs calls the way the UI goroutine would (under the UI lock),
+// times them, and fails the test for any that waits over uiLimit.
+//
+// Waiting is what the goroutine spent blocked (on a channel, a select, a
+// mutex, a condition: what a call into the engine that waits for its step
+// does), summed from the runtime's block profile over the call's stacks.
+// Wall time would also count the CPU the call needs, which -race and a
+// loaded two-core machine stretch far beyond what a window shows (Fyne
+// re-lays out every tab's content on a tab switch); the wall times are
+// logged.
+type uiTimer struct {
+	t          *testing.T
+	worstWall  time.Duration
+	worstWait  time.Duration
+	wallWhat   string
+	waitWhat   string
+	calls      int
+	cyclesPerS float64
+}
+
+// newUITimer starts the block profile, for the test's life.
+func newUITimer(t *testing.T) *uiTimer {
+	runtime.SetBlockProfileRate(1)
+	t.Cleanup(func() { runtime.SetBlockProfileRate(0) })
+	return &uiTimer{t: t}
+}
+
+// blocked returns how long goroutines have been blocked under uiFrame,
+// in all, since the block profile started.
+func (u *uiTimer) blocked() time.Duration {
+	var buf bytes.Buffer
+	if err := pprof.Lookup("block").WriteTo(&buf, 1); err != nil {
+		u.t.Fatal(err)
+	}
+	var total float64
+	var cycles float64
+	for _, line := range strings.Split(buf.String(), "\n") {
+		switch {
+		case strings.HasPrefix(line, "cycles/second="):
+			u.cyclesPerS, _ = strconv.ParseFloat(strings.TrimPrefix(line, "cycles/second="), 64)
+		case line != "" && line[0] >= '0' && line[0] <= '9': // "cycles count @ pcs": a new record
+			cycles, _ = strconv.ParseFloat(strings.Fields(line)[0], 64)
+		case strings.HasPrefix(line, "#") && strings.Contains(line, uiFrame):
+			total += cycles
+			cycles = 0 // count a record once
+		}
+	}
+	if u.cyclesPerS <= 0 {
+		u.t.Fatal("the block profile gives no cycles/second")
+	}
+	return time.Duration(total / u.cyclesPerS * float64(time.Second))
+}
+
+// measure runs f as one UI call and returns its wall time and how long it
+// waited.
+func (u *uiTimer) measure(f func()) (wall, waited time.Duration) {
+	before := u.blocked()
+	uithread.Locked(func() {
+		start := time.Now()
+		f()
+		wall = time.Since(start)
+	})
+	return wall, u.blocked() - before
+}
+
+// do runs f as one UI call named what and fails the test if it waited
+// over uiLimit.
+func (u *uiTimer) do(what string, f func()) {
+	u.t.Helper()
+	wall, waited := u.measure(f)
+	u.calls++
+	if wall > u.worstWall {
+		u.worstWall, u.wallWhat = wall, what
+	}
+	if waited > u.worstWait {
+		u.worstWait, u.waitWhat = waited, what
+	}
+	if waited > uiLimit {
+		u.t.Errorf("%s waited %v on the UI goroutine (%v in all), over %v: the window froze", what, waited.Round(time.Millisecond), wall.Round(time.Millisecond), uiLimit)
+	}
+}
+
+// until keeps the window busy (switching tabs, each switch a UI call)
+// until cond holds, failing after five minutes.
+func (u *uiTimer) until(what string, tabs interface{ SelectIndex(int) }, cond func() bool) {
+	u.t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for i := 0; ; i++ {
+		ok := false
+		u.do("switching tabs while waiting for "+what, func() {
+			tabs.SelectIndex(i % 4)
+			ok = cond()
+		})
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			u.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// longPrompt returns text that is n tokens long on e's tokenizer.
+func longPrompt(t *testing.T, e *engine.Engine, n int) string {
+	t.Helper()
+	tok := e.Tokenizer()
+	words := strings.Fields(strings.Repeat("Once upon a time there was a little cat who liked to play in the park with her friends every day. ", n/10))
+	lo, hi := 0, len(words)
+	for lo < hi { // the fewest words that make n tokens
+		mid := (lo + hi) / 2
+		if len(tok.Encode(strings.Join(words[:mid], " "), true, true)) < n {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	text := strings.Join(words[:lo], " ")
+	if got := len(tok.Encode(text, true, true)); got < n || got > n+2 {
+		t.Fatalf("the prompt is %d tokens, want %d", got, n)
+	}
+	return text
+}
+
+// TestWindowNeverWaitsOnTheEngine starts a 2,000-token prefill on the demo
+// model, in steps of the scheduler's 512-token budget that take seconds
+// under -race, and while it runs drives the window: tabs, a Controls change
+// and another while it applies, the slow-motion slider, a message in
+// another conversation, typing, and Pause, Step and Resume in Teaching.
+// No call on the UI goroutine may take over uiLimit; each command shows it
+// is under way, a second click does not pile up another, and each lands.
+func TestWindowNeverWaitsOnTheEngine(t *testing.T) {
+	const promptTokens = 2000
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(DemoModel); err != nil {
+		t.Fatal(err)
+	}
+	e := a.Engine()
+	if st := e.Config().Sched.StepTokens; st*2 > promptTokens {
+		t.Fatalf("step budget %d tokens: a %d-token prefill would not take several steps", st, promptTokens)
+	}
+	prompt := longPrompt(t, e, promptTokens)
+	u := newUITimer(t)
+	// The measure sees a call that waits: one that waits for the engine
+	// (Pause, while idle: the engine's goroutine answers at once), and one
+	// that waits uiLimit.
+	if _, waited := u.measure(func() { <-time.After(2 * uiLimit) }); waited < 2*uiLimit*9/10 {
+		t.Fatalf("a call that waited %v measures %v: the measure is broken", 2*uiLimit, waited)
+	}
+	if _, waited := u.measure(func() { e.Pause(); e.Resume() }); waited <= 0 {
+		t.Fatalf("a call into the engine that waits for its goroutine measures %v", waited)
+	}
+
+	long := a.chat.Selected()
+	uithread.Locked(func() {
+		a.chat.Update(long, func(c *store.Conversation) { c.Sampling.MaxTokens = 4 })
+		a.chat.Composer().SetText(prompt) // the user's typing: many calls, not one
+	})
+	u.do("sending the 2,000-token message", func() { test.Tap(a.chat.SendButton()) })
+	u.do("selecting the Controls tab", func() { a.tabs.SelectIndex(1) })
+
+	// A Controls change waits for the step under way: it shows that, and
+	// the next change waits for it, as one more Reconfigure, not a pile.
+	u.do("changing the eviction policy", func() {
+		a.controls.eviction.SetSelected(kvcache.LFU.String())
+		if !a.controls.Busy() || !strings.HasPrefix(a.controls.Result(), "Applying") {
+			t.Errorf("during a step, the change shows %q (busy %v), want it applying", a.controls.Result(), a.controls.Busy())
+		}
+	})
+	for _, p := range []string{"fifo", "lru", "fifo"} {
+		u.do("changing the eviction policy again while it applies", func() { a.controls.eviction.SetSelected(p) })
+	}
+	uithread.Locked(func() {
+		if r := a.controls.Result(); !strings.Contains(r, "3 more changes") {
+			t.Errorf("three changes made while one applies show %q", r)
+		}
+	})
+	u.do("moving the slow-motion slider", func() { a.teach.delay.SetValue(25) })
+	u.do("moving the slow-motion slider again", func() { a.teach.delay.SetValue(50) })
+
+	// Another conversation starts while the long prompt is prefilled.
+	var short int64
+	u.do("starting a new conversation", func() { short = a.chat.NewConversation() })
+	uithread.Locked(func() { a.chat.Update(short, func(c *store.Conversation) { c.Sampling.MaxTokens = 4 }) })
+	u.do("typing a message", func() { test.Type(a.chat.Composer(), "Tom and his dog") })
+	u.do("sending it", func() { test.Tap(a.chat.SendButton()) })
+	uithread.Locked(func() {
+		if !a.chat.Running(short) || a.chat.Status() != "" {
+			t.Errorf("the second message did not start: running %v, status %q", a.chat.Running(short), a.chat.Status())
+		}
+	})
+
+	// Pause waits for the step under way: the buttons say so meanwhile,
+	// and a second click does nothing.
+	u.do("selecting the Teaching tab", func() { a.tabs.SelectIndex(2) })
+	u.do("tapping Pause", func() { test.Tap(a.teach.pause) })
+	u.do("tapping Pause again", func() {
+		test.Tap(a.teach.pause)
+		if !a.teach.pause.Disabled() || !a.teach.step.Disabled() || !a.teach.resume.Disabled() || !strings.HasPrefix(a.teach.explain.Text, "Pausing") {
+			t.Errorf("while pausing: explain %q, buttons disabled %v %v %v; want all disabled", a.teach.explain.Text,
+				a.teach.pause.Disabled(), a.teach.step.Disabled(), a.teach.resume.Disabled())
+		}
+	})
+	u.until("the pause", a.tabs, func() bool { return a.teach.paused && a.teach.busy == "" })
+	u.until("the Controls changes", a.tabs, func() bool { return !a.controls.Busy() })
+	uithread.Locked(func() {
+		if r := a.controls.Result(); !strings.HasPrefix(r, "Applied") || !strings.Contains(r, "fifo eviction") {
+			t.Errorf("after the changes: %q, want the last one (fifo) applied", r)
+		}
+		if got := a.Engine().Config().Cache.Eviction; got != kvcache.FIFO {
+			t.Errorf("engine eviction %v, want fifo", got)
+		}
+		if a.teach.delayBusy {
+			t.Error("the slow-motion delay is still on its way")
+		}
+	})
+
+	// Step runs one long prefill step off the UI goroutine.
+	u.do("tapping Step", func() { test.Tap(a.teach.step) })
+	u.do("typing while the step runs", func() { test.Type(a.chat.Composer(), "Never lost") })
+	u.until("the step", a.tabs, func() bool { return strings.HasPrefix(a.teach.explain.Text, "Step ") })
+	uithread.Locked(func() {
+		if x := a.teach.explain.Text; !strings.Contains(x, "512 prompt tokens") {
+			t.Errorf("the step says %q, want a 512-token prefill chunk", x)
+		}
+		c := a.chat.Conversations()
+		for _, conv := range c.List {
+			if conv.ID == long && conv.Messages[1].Tokens != 0 {
+				t.Errorf("the long reply has %d tokens: the prefill ended before the test drove the window", conv.Messages[1].Tokens)
+			}
+		}
+	})
+
+	// Stop the long reply (its prefill would take minutes more under
+	// -race), resume, and the short one finishes.
+	u.do("stopping the long reply", func() { a.chat.Stop(long) })
+	u.do("tapping Resume", func() { test.Tap(a.teach.resume) })
+	u.until("the resume", a.tabs, func() bool { return !a.teach.paused && a.teach.busy == "" })
+	u.until("the short reply", a.tabs, func() bool { return !a.chat.Running(short) })
+	uithread.Locked(func() {
+		for _, c := range a.chat.Conversations().List {
+			if c.ID == short {
+				if c.Draft != "Never lost" {
+					t.Errorf("the draft typed during the step is %q", c.Draft)
+				}
+				if m := c.Messages[1]; m.Finish == "" || m.Finish == "error" {
+					t.Errorf("the short reply ended %q (%s)", m.Finish, m.Error)
+				}
+			}
+		}
+	})
+	t.Logf("%d UI calls; the longest wait %v (%s); the longest call %v (%s)", u.calls,
+		u.worstWait.Round(time.Microsecond), u.waitWhat, u.worstWall.Round(time.Millisecond), u.wallWhat)
+}
