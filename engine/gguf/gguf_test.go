@@ -298,28 +298,3 @@ func TestSharedModels(t *testing.T) {
 		})
 	}
 }
-
-// FuzzParse checks that no input makes Parse panic or accept a file whose
-// tensors lie outside it. Seeds: the shared models and a valid built file.
-func FuzzParse(f *testing.F) {
-	f.Add(validFile())
-	for _, name := range []string{"models/stories260K.gguf", "testdata/tokenizer/ggml-vocab-gpt-2.gguf"} {
-		if b, err := os.ReadFile(filepath.Join(testshared.Dir(), name)); err == nil {
-			if len(b) > 1<<20 {
-				b = b[:1<<20] // large seeds slow the fuzzer down; their head is what matters
-			}
-			f.Add(b)
-		}
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		g, err := Parse(data)
-		if err != nil {
-			return
-		}
-		for i := range g.Tensors {
-			if d := g.TensorData(&g.Tensors[i]); uint64(len(d)) != g.Tensors[i].Size {
-				t.Fatalf("tensor %q: %d bytes, want %d", g.Tensors[i].Name, len(d), g.Tensors[i].Size)
-			}
-		}
-	})
-}

@@ -38,16 +38,26 @@ func (t *Tokenizer) render(id int) string {
 // the token's whole text to each, which makes a token of n such code points
 // cost n² bytes; we leave it out.)
 func decodeByteLevel(text string) string {
+	const unk = len("[UNK_BYTE_0x]")
+	n := 0
+	for _, r := range text {
+		if _, ok := unicodeToByte[r]; ok {
+			n++
+		} else {
+			n += unk + 2*utf8.RuneLen(r)
+		}
+	}
 	var b strings.Builder
-	b.Grow(len(text))
+	b.Grow(n)
 	var buf [utf8.UTFMax]byte
+	var hx [2 * utf8.UTFMax]byte
 	for _, r := range text {
 		if c, ok := unicodeToByte[r]; ok {
 			b.WriteByte(c)
 			continue
 		}
 		b.WriteString("[UNK_BYTE_0x")
-		b.WriteString(hex.EncodeToString(buf[:utf8.EncodeRune(buf[:], r)]))
+		b.Write(hx[:hex.Encode(hx[:], buf[:utf8.EncodeRune(buf[:], r)])])
 		b.WriteString("]")
 	}
 	return b.String()
