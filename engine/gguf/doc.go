@@ -6,7 +6,11 @@
 // file's size before it is used, so a malformed or truncated file gives an
 // error that says what is wrong and at which byte offset, never a panic, and
 // the reader never allocates more than the file's own size could justify.
-// Tensor bytes are not copied: TensorData returns slices of the mapping.
+// Tensors may not share bytes, so the sum of their sizes is at most the
+// file's size too, and so is whatever a loader builds from them. Tensor
+// bytes are not copied: TensorData returns slices of the mapping. Open
+// refuses anything but a regular file (a directory, FIFO, device or socket)
+// from a stat, before opening it, so a FIFO never blocks it.
 //
 // Why our own reader: the Go GGUF parsers we looked at
 // (github.com/gpustack/gguf-parser-go being the well-kept one) are built to

@@ -26,4 +26,9 @@
 //
 // Weights are bound to the structs in weights.go by struct tags naming GGUF
 // tensors (as Ollama's Go models do), so the model code itself stays short.
+// A second tag gives each tensor's shape in the configuration's sizes, and
+// bind checks it before it dequantizes a vector or keeps a matrix; the
+// layers are made only after block_count is checked against the number of
+// tensors in the file, so a hostile file costs memory in proportion to its
+// size, never to a count it states.
 package model
