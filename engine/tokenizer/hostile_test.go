@@ -77,6 +77,30 @@ func TestHostileEncodeDecodeLinear(t *testing.T) {
 			})
 		})
 	}
+	// SPM: pieces that double runs of ▁ and of "a" up to 4096 long, so that
+	// merges look up ever longer texts.
+	var spmPieces []string
+	var spmScores []float32
+	for w := 1; w <= 4096; w *= 2 {
+		spmPieces = append(spmPieces, strings.Repeat("▁", w), strings.Repeat("a", w))
+		spmScores = append(spmScores, float32(w), float32(w))
+	}
+	spm := mustNew(t, spmVocab(spmPieces, spmScores))
+	for _, tc := range []struct {
+		name string
+		text func(n int) string
+	}{
+		{"spaces", func(n int) string { return strings.Repeat(" ", n) }},
+		{"run of a", func(n int) string { return strings.Repeat("a", n) }},
+		{"unknown characters", func(n int) string { return strings.Repeat("é\xff", n/3) }},
+	} {
+		t.Run("spm encode "+tc.name, func(t *testing.T) {
+			checkLinear(t, scalingN, func(n int) func() {
+				text := tc.text(n)
+				return func() { spm.Encode(text, true, false) }
+			})
+		})
+	}
 	t.Run("decode", func(t *testing.T) {
 		checkLinear(t, scalingN/64, func(n int) func() {
 			ids := make([]int, n)
