@@ -19,8 +19,8 @@ func TestNoSettingEndsOtherRequests(t *testing.T) {
 	m, tok := stories(t)
 	rng := rand.New(rand.NewPCG(8, 8))
 	cases := 160
-	if testing.Short() {
-		cases = 40
+	if testing.Short() || raceEnabled {
+		cases = 40 // the race detector makes each case about ten times slower
 	}
 	var refusedCfg, refusedReq, served int
 	for i := range cases {
