@@ -176,6 +176,11 @@ func (l *Lib) Paths() []int {
 // Path returns the path in force.
 func (l *Lib) Path() int { return int(l.path()) }
 
+// Accelerated reports whether the path in force uses SIMD. The scalar path
+// is the reference the others are tested against, several times slower
+// than engine/quant's Go kernels: without SIMD, use those.
+func (l *Lib) Accelerated() bool { return l.Path() != PathScalar }
+
 // PathName returns the name of path p, such as "avx2".
 func (l *Lib) PathName(p int) string { return l.pathName(int32(p)) }
 
