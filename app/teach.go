@@ -56,6 +56,7 @@ type teacher struct {
 	usersLab            *widget.Label
 	loadBtn             *widget.Button
 	loadLab             *widget.Label
+	restoreBtn          *widget.Button // disabled while a restore is under way
 	lesson              *widget.Label
 	chart               *chart
 	root                fyne.CanvasObject
@@ -136,7 +137,8 @@ func newTeacher(a *App) *teacher {
 		about.Importance = widget.LowImportance
 		presets = append(presets, container.NewBorder(nil, nil, container.NewGridWrap(fyne.NewSize(190, b.MinSize().Height), b), nil, about))
 	}
-	restore := widget.NewButton("Restore my cache settings", func() { t.restore() })
+	t.restoreBtn = widget.NewButton("Restore my cache settings", func() { t.restore() })
+	restore := t.restoreBtn
 	stopLesson := widget.NewButton("Stop the lesson", func() { t.stopLesson(); t.say("Lesson stopped.") })
 
 	step := widget.NewCard("Step mode", "", container.NewVBox(
@@ -421,7 +423,9 @@ func (t *teacher) runPreset(p Preset) {
 		return
 	}
 	t.stopLesson()
-	resume := t.paused // lessons run the scheduler: resumed on the lesson's goroutine
+	// Lessons run the scheduler: resumed on the lesson's goroutine, also
+	// after a Pause under way (the engine takes commands in order).
+	resume := t.paused || t.busy != ""
 	if t.saved == nil {
 		cfg := e.Config() // the user's settings, before any lesson's
 		t.saved = &cfg
@@ -472,7 +476,7 @@ func (t *teacher) forgetSaved() { t.saved = nil }
 // the engine (the saved settings when no lesson changed them).
 func (t *teacher) restore() {
 	e := t.a.Engine()
-	if e == nil {
+	if e == nil || t.restoreBtn.Disabled() {
 		return
 	}
 	cfg := t.a.cacheConfig()
@@ -480,9 +484,12 @@ func (t *teacher) restore() {
 	if saved != nil {
 		cfg = *saved
 	}
+	t.restoreBtn.Disable()
+	t.say("Restoring your cache settings… (the engine takes them after the step under way)")
 	go func() {
 		err := e.Reconfigure(cfg)
 		uithread.Do(func() {
+			t.restoreBtn.Enable()
 			if err != nil {
 				t.say("Restoring the settings failed: " + err.Error())
 				return
