@@ -106,45 +106,54 @@ func TestMatMulParity(t *testing.T) {
 				} else if i := sameBits(out, ref); i >= 0 {
 					t.Errorf("%s: output %d is %g, the scalar path gave %g", name, i, out[i], ref[i])
 				}
-				exact := make([]float64, n*c.rows)
-				var worst float64
-				for b := range n {
-					xb := x[b*c.cols : (b+1)*c.cols]
-					for row := range c.rows {
-						wr := wf[row*c.cols : (row+1)*c.cols]
-						var y, abs, act float64
-						for j, wv := range wr {
-							y += float64(wv) * float64(xb[j])
-							abs += math.Abs(float64(wv) * float64(xb[j]))
-						}
-						blocks := 0
-						if ab := actBlock(c.typ); ab > 0 {
-							blocks = c.cols / ab
-							for j0 := 0; j0 < c.cols; j0 += ab {
-								var amax, wsum float64
-								for j := j0; j < j0+ab; j++ {
-									amax = max(amax, math.Abs(float64(xb[j])))
-									wsum += math.Abs(float64(wr[j]))
-								}
-								act += amax / 127 / 2 * wsum
-							}
-						}
-						bound := act*(1+1e-6) + float64(c.cols/16+blocks+8)*0x1p-23*abs
-						got := float64(out[b*c.rows+row])
-						exact[b*c.rows+row] = y
-						if e := math.Abs(got - y); e > bound {
-							t.Errorf("%s: vector %d row %d is %g, exact %g: error %.3g over the bound %.3g", name, b, row, got, y, e, bound)
-						} else {
-							worst = max(worst, e)
-						}
-					}
-				}
+				worst, exact := checkMatMul(t, name, c.typ, wf, c.rows, c.cols, x, n, out)
 				if n == c.n[len(c.n)-1] && c.rows == 37 && l.Path() == PathScalar {
 					t.Logf("%s: worst error %.2g of the outputs' RMS", name, worst/rms(exact))
 				}
 			}
 		}
 	})
+}
+
+// checkMatMul checks out, the product of weights whose values are wf
+// (rows×cols) with the n vectors x, against the exact product within
+// TestMatMulParity's bound, and returns the worst error and the exact
+// outputs.
+func checkMatMul(t *testing.T, name string, typ quant.Type, wf []float32, rows, cols int, x []float32, n int, out []float32) (worst float64, exact []float64) {
+	t.Helper()
+	exact = make([]float64, n*rows)
+	for b := range n {
+		xb := x[b*cols : (b+1)*cols]
+		for row := range rows {
+			wr := wf[row*cols : (row+1)*cols]
+			var y, abs, act float64
+			for j, wv := range wr {
+				y += float64(wv) * float64(xb[j])
+				abs += math.Abs(float64(wv) * float64(xb[j]))
+			}
+			blocks := 0
+			if ab := actBlock(typ); ab > 0 {
+				blocks = cols / ab
+				for j0 := 0; j0 < cols; j0 += ab {
+					var amax, wsum float64
+					for j := j0; j < j0+ab; j++ {
+						amax = max(amax, math.Abs(float64(xb[j])))
+						wsum += math.Abs(float64(wr[j]))
+					}
+					act += amax / 127 / 2 * wsum
+				}
+			}
+			bound := act*(1+1e-6) + float64(cols/16+blocks+8)*0x1p-23*abs
+			got := float64(out[b*rows+row])
+			exact[b*rows+row] = y
+			if e := math.Abs(got - y); !(e <= bound) {
+				t.Errorf("%s: vector %d row %d is %g, exact %g: error %.3g over the bound %.3g", name, b, row, got, y, e, bound)
+			} else {
+				worst = max(worst, e)
+			}
+		}
+	}
+	return worst, exact
 }
 
 // TestMatMulBatchInvariance checks that each vector's outputs are the same
