@@ -26,7 +26,7 @@ import (
 // bytes, and a BPE token of code points outside the byte alphabet renders
 // as 15 bytes ([UNK_BYTE_0x20]) per byte; the rest is a few words per item.
 const (
-	allocPerByte = 64
+	allocPerByte = 32
 	allocSlack   = 1 << 20
 )
 
@@ -259,4 +259,62 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		check(t, data, load(data))
 	})
+}
+
+// The densest files for the allocator stay within the bound FuzzParse
+// enforces: many tiny metadata pairs, nested empty arrays, many tiny
+// tensors, a vocabulary of empty tokens, and one of unrenderable bytes
+// (each about 12 times their size).
+func TestLoadAllocationBound(t *testing.T) {
+	const n = 20000
+	name := func(i int) string { return fmt.Sprintf("%x", i) }
+	for _, tc := range []struct {
+		name string
+		data func() []byte
+	}{
+		{"tiny metadata pairs", func() []byte {
+			var kvs []gguf.KV
+			for i := range n {
+				kvs = append(kvs, gguf.NewKV(name(i), uint8(i)))
+			}
+			return write(t, kvs, nil)
+		}},
+		{"nested empty arrays", func() []byte {
+			inner := make([]any, n)
+			for i := range inner {
+				inner[i] = []uint8{}
+			}
+			return write(t, []gguf.KV{gguf.NewKV("a", inner)}, nil)
+		}},
+		{"tiny tensors", func() []byte {
+			var ts []gguf.WriteTensor
+			for i := range n {
+				ts = append(ts, gguf.WriteTensor{Name: name(i), Dims: []uint64{1}, Type: quant.I8, Data: []byte{1}})
+			}
+			return write(t, []gguf.KV{gguf.NewKV("general.alignment", uint32(1))}, ts)
+		}},
+		{"empty tokens", func() []byte {
+			return write(t, []gguf.KV{
+				gguf.NewKV("tokenizer.ggml.model", "gpt2"),
+				gguf.NewKV("tokenizer.ggml.tokens", make([]string, n)),
+				gguf.NewKV("tokenizer.ggml.token_type", make([]uint8, n)),
+				gguf.NewKV("tokenizer.ggml.scores", make([]uint8, n)),
+				gguf.NewKV("tokenizer.ggml.merges", make([]string, n)),
+			}, nil)
+		}},
+		{"unrenderable tokens", func() []byte {
+			tokens := make([]string, n)
+			for i := range tokens {
+				tokens[i] = strings.Repeat("\x00", 8) + name(i)
+			}
+			return write(t, []gguf.KV{gguf.NewKV("tokenizer.ggml.model", "gpt2"), gguf.NewKV("tokenizer.ggml.tokens", tokens), gguf.NewKV("tokenizer.ggml.merges", []string{})}, nil)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := tc.data()
+			l := load(data)
+			t.Logf("%d bytes: %d allocated (%.1f×); errors: %v; %v; %v", len(data), l.alloc, float64(l.alloc)/float64(len(data)), l.parseErr, l.modelErr, l.tokErr)
+			check(t, data, l)
+		})
+	}
 }
