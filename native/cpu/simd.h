@@ -11,7 +11,7 @@
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
-#if defined(__ARM_NEON)
+#if defined(__ARM_NEON) && !defined(KVS_SCALAR)
 #include <arm_neon.h>
 #endif
 
@@ -98,7 +98,7 @@ static inline float dot_any(const void *w, int kind, const float *x, int64_t n) 
 	}
 	return sum8(_mm256_add_ps(a0, a1));
 }
-#elif defined(__ARM_NEON)
+#elif defined(__ARM_NEON) && !defined(KVS_SCALAR)
 /* dot_any: NEON, four registers of 4 lanes (lanes 0-3, 4-7, 8-11, 12-15). */
 static inline float dot_any(const void *w, int kind, const float *x, int64_t n) {
 	if (kind != 0) return dot_scalar(w, kind, x, n);

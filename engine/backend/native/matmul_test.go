@@ -6,7 +6,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -259,8 +261,49 @@ func TestLoadErrors(t *testing.T) {
 			t.Errorf("%s: got %v, %v; want an error containing %q", c.name, l, err, c.want)
 		}
 	}
+	// A library of another ABI version, when a C compiler is at hand.
+	if cc, err := exec.LookPath("cc"); err == nil {
+		dir := t.TempDir()
+		src := filepath.Join(dir, "v.c")
+		if err := os.WriteFile(src, []byte("int kvs_abi_version(void) { return 999; }\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", filepath.Join(dir, LibName()), src).CombinedOutput(); err != nil {
+			t.Fatalf("building a stand-in library: %v: %s", err, out)
+		}
+		l, err := Load(dir)
+		if l != nil || err == nil || !strings.Contains(err.Error(), "ABI version 999 but this kvscope needs 1") {
+			t.Errorf("wrong ABI version: got %v, %v", l, err)
+		}
+	}
 	t.Setenv(EnvDir, empty)
 	if _, err := Load(""); err != nil && !errors.Is(err, ErrNotFound) {
 		t.Errorf("search with %s=%s: %v", EnvDir, empty, err)
 	}
+}
+
+// TestLoadSearch checks that KVSCOPE_NATIVE_DIR comes first in the search,
+// and that the library reports its ABI and a path this CPU runs.
+func TestLoadSearch(t *testing.T) {
+	built := loadLib(t).File()
+	dir := t.TempDir()
+	data, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, LibName()), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvDir, dir)
+	l, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, LibName()); l.File() != want {
+		t.Errorf("loaded %s, want %s (from %s)", l.File(), want, EnvDir)
+	}
+	if ps := l.Paths(); len(ps) == 0 || ps[0] != PathScalar || !slices.Contains(ps, l.Path()) {
+		t.Errorf("paths %v, path in force %d", ps, l.Path())
+	}
+	t.Logf("library %s: paths %v, running %s, CPU features %#x", l.File(), l.Paths(), l.PathName(l.Path()), l.Features())
 }
