@@ -1,0 +1,52 @@
+// Package chat provides the prompt of a conversation for a model: its GGUF
+// chat template rendered by a real Jinja engine (or a known format chosen from
+// the vocabulary when the file has none, or plain completion), as segments
+// that tell template text from message text.
+//
+// # Rendering
+//
+// Templates run on github.com/ardanlabs/jinja, which applies trim_blocks and
+// lstrip_blocks as Hugging Face's transformers sets them. The variables are
+// those templates expect: messages (each with role and content),
+// add_generation_prompt, bos_token, eos_token, raise_exception (an error that
+// carries the template's message), strftime_now (formatting the time of
+// Options.Now) and, when Options.EnableThinking is set, enable_thinking (Qwen
+// 3-style templates read it). range is bounded, so a template cannot ask for
+// a list of a billion numbers, and a render that runs past a time limit is
+// given up with an error, so a hostile template cannot hang its caller.
+//
+// Two rules of llama.cpp follow: a BOS text at the very start and an EOS text
+// at the very end of a rendering are cut off (the tokenizer adds BOS itself),
+// and where a template drops or rejects the system role, system messages are
+// merged into the first user message, joined by a newline. Whether a template
+// keeps the system role is found once by a trial render with a probe system
+// message, as minja's polyfill does: a template that raises, or whose output
+// lacks the probe's text, does not keep it.
+//
+// # Segments
+//
+// A prompt is meant to be tokenized with special-token parsing on for the
+// template's text and off for the messages' text, so that a user who types
+// "<|im_end|>" gets those characters, not the control token. Render therefore
+// returns segments marked Special (template text) or not (message text). It
+// renders twice: once as is, which gives the text, and once with every
+// message's content wrapped in private-use marker characters, placed inside
+// the content's leading and trailing white space so that trim and strip still
+// see the same white space. Where the marked rendering, with its markers
+// removed, equals the plain one, the markers give the segments exactly; a
+// content the template cut (such as content.split('</think>')[-1]) keeps
+// only one marker, and the text beside it that matches the content's end (or
+// start) is message text. Where the two renderings differ (a template that
+// compares or measures content), the prompt is one Special segment, as
+// llama.cpp tokenizes it, and Prompt.Tracked is false.
+//
+// # Without a template
+//
+// A file with no tokenizer.chat_template gets a built-in template chosen by
+// its architecture and the control tokens its vocabulary has: ChatML
+// (<|im_start|>), Llama 3 (<|start_header_id|>), Gemma (<start_of_turn>),
+// Phi-3 (<|user|> and <|end|>) or Llama 2 ([INST]). A model with none of them
+// (such as a base model like stories260K) is plain completion: the prompt is
+// the messages' text, joined. Formatter.Name says which was chosen, and Plain
+// gives plain completion for any model.
+package chat

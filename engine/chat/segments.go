@@ -1,0 +1,182 @@
+package chat
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Markers: markOpen or markClose followed by one code point of plane 15's
+// private use area holding the message's index.
+const (
+	markOpen      = '\uE000'
+	markClose     = '\uE001'
+	markIndexBase = 0xF0000
+	markerIndexes = 0xFFFFE - markIndexBase
+)
+
+// isMarkerRune reports whether r is one of the runes markers are made of.
+func isMarkerRune(r rune) bool {
+	return r == markOpen || r == markClose || (r >= markIndexBase && r < markIndexBase+markerIndexes)
+}
+
+// core splits s into its leading white space, the rest up to its trailing
+// white space, and that trailing white space.
+func core(s string) (lead, mid, trail string) {
+	mid = strings.TrimLeftFunc(s, unicode.IsSpace)
+	lead = s[:len(s)-len(mid)]
+	mid = strings.TrimRightFunc(mid, unicode.IsSpace)
+	trail = s[len(lead)+len(mid):]
+	return lead, mid, trail
+}
+
+// segments renders msgs with marked contents and splits the result into
+// template and message text. It reports false when that cannot be done
+// exactly: a content holds marker runes, or the marked rendering without its
+// markers differs from plain (the template looked into the content).
+func (f *Formatter) segments(msgs []Message, opt Options, plain string) ([]Segment, bool) {
+	contents := make([]string, len(msgs))
+	cores := make([]string, len(msgs))
+	anyMarked := false
+	for i, m := range msgs {
+		if strings.IndexFunc(m.Content, isMarkerRune) >= 0 {
+			return nil, false
+		}
+		lead, mid, trail := core(m.Content)
+		cores[i] = mid
+		if mid == "" {
+			contents[i] = m.Content
+			continue
+		}
+		idx := string(rune(markIndexBase + i))
+		contents[i] = lead + string(markOpen) + idx + mid + string(markClose) + idx + trail
+		anyMarked = true
+	}
+	if !anyMarked {
+		if plain == "" {
+			return nil, true
+		}
+		return []Segment{{Text: plain, Special: true}}, true
+	}
+	marked, err := f.render(msgs, opt, contents)
+	if err != nil {
+		return nil, false
+	}
+	segs := splitMarked(marked, cores)
+	var b strings.Builder
+	for _, s := range segs {
+		b.WriteString(s.Text)
+	}
+	if b.String() != plain {
+		return nil, false
+	}
+	return segs, true
+}
+
+// splitMarked splits a marked rendering into segments. Text between the
+// open and close markers of message i is message text. A close marker
+// without its open marker (the template kept the end of the content) makes
+// message text of the longest end of the text before it that ends cores[i];
+// an open marker without its close marker, of the longest start of the text
+// after it that starts cores[i]. Marker runes that form no marker are
+// dropped.
+func splitMarked(s string, cores []string) []Segment {
+	var segs []Segment
+	add := func(text string, special bool) {
+		if text == "" {
+			return
+		}
+		if n := len(segs); n > 0 && segs[n-1].Special == special {
+			segs[n-1].Text += text
+			return
+		}
+		segs = append(segs, Segment{Text: text, Special: special})
+	}
+	var buf strings.Builder
+	open := -1 // the message whose content is being read, -1 for none
+	// closeOpen ends an open marker whose close marker did not come: the
+	// start of buf that starts the content is message text.
+	closeOpen := func() {
+		t := buf.String()
+		n := commonPrefix(t, cores[open])
+		add(t[:n], false)
+		add(t[n:], true)
+		buf.Reset()
+		open = -1
+	}
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if !isMarkerRune(r) {
+			buf.WriteString(s[i : i+size])
+			i += size
+			continue
+		}
+		i += size
+		if r != markOpen && r != markClose {
+			continue // a lone index rune
+		}
+		idx, isize := utf8.DecodeRuneInString(s[i:])
+		if idx < markIndexBase || idx >= markIndexBase+markerIndexes || int(idx-markIndexBase) >= len(cores) {
+			continue // a lone open or close rune
+		}
+		i += isize
+		m := int(idx - markIndexBase)
+		switch {
+		case r == markOpen:
+			if open >= 0 {
+				closeOpen()
+			}
+			add(buf.String(), true)
+			buf.Reset()
+			open = m
+		case open == m:
+			add(buf.String(), false)
+			buf.Reset()
+			open = -1
+		default: // a close marker without its open marker
+			if open >= 0 {
+				closeOpen()
+			}
+			t := buf.String()
+			n := commonSuffix(t, cores[m])
+			add(t[:len(t)-n], true)
+			add(t[len(t)-n:], false)
+			buf.Reset()
+		}
+	}
+	if open >= 0 {
+		closeOpen()
+	}
+	add(buf.String(), true)
+	return segs
+}
+
+// commonPrefix is the length of the longest common start of a and b, in
+// whole runes.
+func commonPrefix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) {
+		r, size := utf8.DecodeRuneInString(a[n:])
+		r2, size2 := utf8.DecodeRuneInString(b[n:])
+		if r != r2 || size != size2 {
+			break
+		}
+		n += size
+	}
+	return n
+}
+
+// commonSuffix is the length of the longest common end of a and b, in
+// whole runes.
+func commonSuffix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) {
+		r, size := utf8.DecodeLastRuneInString(a[:len(a)-n])
+		r2, size2 := utf8.DecodeLastRuneInString(b[:len(b)-n])
+		if r != r2 || size != size2 {
+			break
+		}
+		n += size
+	}
+	return n
+}
