@@ -24,7 +24,8 @@ var Commands = []Command{
 	{"info", "describe a GGUF model", infoCmd},
 	{"tokenize", "print a text's token ids as JSON", tokenizeCmd},
 	{"perplexity", "measure perplexity over a text file", perplexityCmd},
-	{"bench", "measure the cache (bench cache) and decode speed (bench decode)", benchCmd},
+	{"gen-model", "write a GGUF of a real model's shape with random weights", genModelCmd},
+	{"bench", "measure the cache (bench cache) and prefill and decode speed (bench speed)", benchCmd},
 }
 
 // Main runs the subcommand named by args[0] and returns the process exit

@@ -164,13 +164,28 @@ func TestMainRefusesBadInput(t *testing.T) {
 		// bench.
 		{[]string{"bench"}, "no benchmark given"},
 		{[]string{"bench", "nonsense"}, `unknown benchmark "nonsense"`},
-		{[]string{"bench", "decode", "--small", "--prompt", "-1"}, "flag -prompt: want an integer from 1 to"},
-		{[]string{"bench", "decode", "--small", "--prompt", "0"}, "flag -prompt"},
-		{[]string{"bench", "decode", "--small", "-n", "0"}, "flag -n"},
-		{[]string{"bench", "decode", "--small", "-n", huge}, "flag -n"},
-		{[]string{"bench", "decode", "--small", "--prompt", "5000"}, "below the model's context of 4096"},
-		{[]string{"bench", "decode", "--type", "q9_9"}, "--type"},
-		{[]string{"bench", "decode", "extra"}, "unexpected argument"},
+		{[]string{"bench", "decode"}, `unknown benchmark "decode"`},
+		{[]string{"bench", "speed", "-p", "-1"}, "flag -p: want an integer from 1 to"},
+		{[]string{"bench", "speed", "-p", "0"}, "flag -p"},
+		{[]string{"bench", "speed", "-n", "0"}, "flag -n"},
+		{[]string{"bench", "speed", "-n", huge}, "flag -n"},
+		{[]string{"bench", "speed", "-t", "0"}, "flag -t"},
+		{[]string{"bench", "speed", "--types", "Q4_0,q9_9"}, `--type "q9_9" is not a weight type`},
+		{[]string{"bench", "speed", "--preset", "gpt-5"}, `unknown preset "gpt-5"`},
+		{[]string{"bench", "speed", "--npl", "1,x"}, `--npl "1,x"`},
+		{[]string{"bench", "speed", "--npl", "0"}, `--npl "0"`},
+		{[]string{"bench", "speed", "--ctx", "8", "--ctx-gen", "8"}, "--ctx-gen 8 must be less than --ctx 8"},
+		{[]string{"bench", "speed", "extra"}, "unexpected argument"},
+
+		// gen-model.
+		{[]string{"gen-model", "-o", missing}, "no preset given"},
+		{[]string{"gen-model", "--preset", "llama-9", "-o", missing}, `unknown preset "llama-9"`},
+		{[]string{"gen-model", "--preset", "small", "--type", "Q3_X", "-o", missing}, `--type "Q3_X" is not a weight type`},
+		{[]string{"gen-model", "--preset", "small", "--type", "Q8_0_M", "-o", missing}, `--type "Q8_0_M"`},
+		{[]string{"gen-model", "--preset", "small"}, "no output file given"},
+		{[]string{"gen-model", "--preset", "small", "-o", dir}, "is a directory, not a file to write"},
+		{[]string{"gen-model", "--preset", "small", "-o", filepath.Join(missing, "m.gguf")}, "m.gguf: no such file or directory"},
+		{[]string{"gen-model", "--preset", "small", "-o", "x.gguf", "extra"}, "unexpected argument"},
 		{[]string{"bench", "cache", "-m", missing, "-f", text}, "no such file"},
 		{[]string{"bench", "cache", "-m", m, "-f", fifo}, "named pipe"},
 		{[]string{"bench", "cache", "-m", m, "-f", emptyText}, "at least 2 are needed"},
@@ -269,7 +284,7 @@ func TestMainSucceeds(t *testing.T) {
 // TestMainHelp checks that -h prints the usage, with run's -n default, and
 // exits 0.
 func TestMainHelp(t *testing.T) {
-	for _, args := range [][]string{{"help"}, {"run", "-h"}, {"perplexity", "-h"}, {"bench", "-h"}, {"bench", "decode", "-h"}} {
+	for _, args := range [][]string{{"help"}, {"run", "-h"}, {"perplexity", "-h"}, {"bench", "-h"}, {"bench", "speed", "-h"}, {"gen-model", "-h"}} {
 		code, _, stderr := run(t, args...)
 		if code != 0 || !strings.HasPrefix(stderr, "usage: kvscope") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)

@@ -37,49 +37,83 @@ const quietScale = 0.1
 // of its random values (0: a norm weight, all ones) and how many of its first
 // rows are scaled by quietScale, and whether its blocks come from a pool.
 type tensorSpec struct {
-	info   gguf.TensorInfo
-	sigma  float64
-	quiet  int
-	pooled bool // made of blocks from a blockPool
+	info      gguf.TensorInfo
+	sigma     float64
+	quiet     int       // first rows scaled by quietScale
+	quietTail int       // last rows scaled by quietScale
+	pooled    bool      // made of blocks from a blockPool
+	values    []float32 // fixed values of an F32 tensor (rope_freqs), instead of random ones
 }
 
 // poolMinParams is the size from which a model in a type without a direct
 // draw is made of pooled blocks (see blockPool).
 const poolMinParams = 1 << 26
 
-// pooled reports whether the matrices of a model of shape s are made of
-// pooled blocks.
-func (s Shape) pooled() bool {
-	switch s.Type {
+// pooled reports whether matrices of type t in a model of shape s are made
+// of pooled blocks.
+func (s Shape) pooled(t quant.Type, params int64) bool {
+	switch t {
 	case quant.Q4_0, quant.Q8_0, quant.F16, quant.BF16, quant.F32:
 		return false
 	}
-	return s.Params() >= poolMinParams
+	return params >= poolMinParams
 }
 
-// tensors lists a model's tensors: the embeddings, each block's, the output.
+// tensors lists a model's tensors: the embeddings, each block's, the output
+// norm and matrix, and Llama 3's RoPE factors.
 func (s Shape) tensors() []tensorSpec {
 	d, ff, q, kv := uint64(s.Dim), uint64(s.FFDim), uint64(s.Heads*s.HeadDim()), uint64(s.KVHeads*s.HeadDim())
-	pooled := s.pooled()
+	// The weights of the matrices, to choose pooling (see Generate).
+	params := int64(max(0, s.Layers)) * int64(2*d*q+2*d*kv+3*d*ff)
+	params += int64(s.Vocab) * int64(d)
+	if !s.Tied {
+		params += int64(s.Vocab) * int64(d)
+	}
+	layer := -1
 	matrix := func(name string, cols, rows uint64, sigma float64) tensorSpec {
-		return tensorSpec{info: gguf.TensorInfo{Name: name, Dims: []uint64{cols, rows}, Type: s.Type}, sigma: sigma, pooled: pooled}
+		t := s.matrixType(name, layer, int(cols))
+		return tensorSpec{info: gguf.TensorInfo{Name: name, Dims: []uint64{cols, rows}, Type: t}, sigma: sigma, pooled: s.pooled(t, params)}
 	}
 	norm := func(name string) tensorSpec {
 		return tensorSpec{info: gguf.TensorInfo{Name: name, Dims: []uint64{d}, Type: quant.F32}}
+	}
+	// Biases are small random values.
+	bias := func(name string, n uint64) tensorSpec {
+		return tensorSpec{info: gguf.TensorInfo{Name: name, Dims: []uint64{n}, Type: quant.F32}, sigma: 0.1}
 	}
 	// A matrix's values have standard deviation 1/sqrt(its row length), so
 	// that each output of a matrix times a unit-RMS vector has variance 1
 	// and activations keep the same scale through every layer. Embeddings
 	// have unit variance, like the normalized activations.
 	fanIn := func(n uint64) float64 { return 1 / math.Sqrt(float64(n)) }
-	specs := []tensorSpec{matrix("token_embd.weight", d, uint64(s.Vocab), 1)}
+	//
+	// The output rows of the special and byte tokens are 10 times smaller:
+	// their logits stay near 0 while those of the word pieces spread with
+	// standard deviation 1, so sampling (top-k, min-p) and greedy decoding
+	// pick words, not stray bytes, and generation ends by length, not EOS.
+	quiet, quietTail := minVocab, 0
+	if s.Pre != "" {
+		quiet, quietTail = 256, bpeSpecials
+	}
+	embed := matrix("token_embd.weight", d, uint64(s.Vocab), 1)
+	if s.Tied {
+		// The embedding table is the output matrix too: scaled as one.
+		embed.sigma, embed.quiet, embed.quietTail = fanIn(d), quiet, quietTail
+	}
+	specs := []tensorSpec{embed}
 	for l := range s.Layers {
 		p := fmt.Sprintf("blk.%d.", l)
+		layer = l
 		specs = append(specs,
 			norm(p+"attn_norm.weight"),
 			matrix(p+"attn_q.weight", d, q, fanIn(d)),
 			matrix(p+"attn_k.weight", d, kv, fanIn(d)),
 			matrix(p+"attn_v.weight", d, kv, fanIn(d)),
+		)
+		if s.Biases {
+			specs = append(specs, bias(p+"attn_q.bias", q), bias(p+"attn_k.bias", kv), bias(p+"attn_v.bias", kv))
+		}
+		specs = append(specs,
 			matrix(p+"attn_output.weight", q, d, fanIn(q)),
 			norm(p+"ffn_norm.weight"),
 			matrix(p+"ffn_gate.weight", d, ff, fanIn(d)),
@@ -87,40 +121,99 @@ func (s Shape) tensors() []tensorSpec {
 			matrix(p+"ffn_down.weight", ff, d, fanIn(ff)),
 		)
 	}
-	// The output rows of the special and byte tokens are 10 times smaller:
-	// their logits stay near 0 while those of the word pieces spread with
-	// standard deviation 1, so sampling (top-k, min-p) and greedy decoding
-	// pick words, not stray bytes, and generation ends by length, not EOS.
-	out := matrix("output.weight", d, uint64(s.Vocab), fanIn(d))
-	out.quiet = minVocab
-	return append(specs, norm("output_norm.weight"), out)
+	layer = -1
+	specs = append(specs, norm("output_norm.weight"))
+	if !s.Tied {
+		out := matrix("output.weight", d, uint64(s.Vocab), fanIn(d))
+		out.quiet, out.quietTail = quiet, quietTail
+		specs = append(specs, out)
+	}
+	if s.Llama3Rope > 0 {
+		f := llama3Factors(s.HeadDim(), s.ropeBase(), s.Llama3Rope)
+		specs = append(specs, tensorSpec{info: gguf.TensorInfo{Name: "rope_freqs.weight", Dims: []uint64{uint64(len(f))}, Type: quant.F32}, values: f})
+	}
+	return specs
+}
+
+// ropeBase returns RopeBase, 10000 when unset.
+func (s Shape) ropeBase() float32 {
+	if s.RopeBase == 0 {
+		return 10000
+	}
+	return s.RopeBase
+}
+
+// llama3Factors returns Llama 3's RoPE frequency divisors for head
+// dimension dim, as llama.cpp's converter computes them (low frequency
+// factor 1, high 4, original context 8192): 1 for short wavelengths,
+// factor for long ones, and a smooth blend between.
+func llama3Factors(dim int, base, factor float32) []float32 {
+	const low, high, orig = 1.0, 4.0, 8192.0
+	f := make([]float32, dim/2)
+	for i := range f {
+		freq := 1 / math.Pow(float64(base), float64(2*i)/float64(dim))
+		wavelen := 2 * math.Pi / freq
+		switch {
+		case wavelen < orig/high:
+			f[i] = 1
+		case wavelen > orig/low:
+			f[i] = factor
+		default:
+			smooth := (orig/wavelen - low) / (high - low)
+			f[i] = float32(1 / ((1-smooth)/float64(factor) + smooth))
+		}
+	}
+	return f
 }
 
 // metadata returns the file's metadata: what model.ReadConfig and
 // tokenizer.FromGGUF read, and the general.* keys llama.cpp writes.
 func (s Shape) metadata(v vocab) []gguf.KV {
 	u32 := func(n int) uint32 { return uint32(n) }
+	a := s.arch()
 	kvs := []gguf.KV{
-		gguf.NewKV("general.architecture", "llama"),
+		gguf.NewKV("general.architecture", a),
 		gguf.NewKV("general.name", s.Name),
 	}
 	if ft, ok := fileTypes[s.Type]; ok {
+		if s.Medium {
+			ft++ // Q4_K_M and Q5_K_M follow Q4_K_S and Q5_K_S
+		}
 		kvs = append(kvs, gguf.NewKV("general.file_type", ft))
 	}
 	if s.Type != quant.F32 && s.Type != quant.F16 && s.Type != quant.BF16 {
 		kvs = append(kvs, gguf.NewKV("general.quantization_version", uint32(2)))
 	}
+	eps := s.NormEps
+	if eps == 0 {
+		eps = 1e-5
+	}
+	kvs = append(kvs,
+		gguf.NewKV(a+".vocab_size", u32(s.Vocab)),
+		gguf.NewKV(a+".context_length", u32(s.Context)),
+		gguf.NewKV(a+".embedding_length", u32(s.Dim)),
+		gguf.NewKV(a+".block_count", u32(s.Layers)),
+		gguf.NewKV(a+".feed_forward_length", u32(s.FFDim)),
+		gguf.NewKV(a+".rope.dimension_count", u32(s.HeadDim())),
+		gguf.NewKV(a+".attention.head_count", u32(s.Heads)),
+		gguf.NewKV(a+".attention.head_count_kv", u32(s.KVHeads)),
+		gguf.NewKV(a+".attention.layer_norm_rms_epsilon", eps),
+		gguf.NewKV(a+".rope.freq_base", s.ropeBase()),
+	)
+	if s.Pre != "" {
+		return append(kvs,
+			gguf.NewKV("tokenizer.ggml.model", "gpt2"),
+			gguf.NewKV("tokenizer.ggml.pre", s.Pre),
+			gguf.NewKV("tokenizer.ggml.tokens", v.tokens),
+			gguf.NewKV("tokenizer.ggml.token_type", v.types),
+			gguf.NewKV("tokenizer.ggml.merges", v.merges),
+			gguf.NewKV("tokenizer.ggml.bos_token_id", uint32(s.Vocab-bpeSpecials)),
+			gguf.NewKV("tokenizer.ggml.eos_token_id", uint32(s.Vocab-bpeSpecials+1)),
+			gguf.NewKV("tokenizer.ggml.add_bos_token", s.Pre == "llama-bpe"),
+			gguf.NewKV("tokenizer.chat_template", chatTemplate),
+		)
+	}
 	return append(kvs,
-		gguf.NewKV("llama.vocab_size", u32(s.Vocab)),
-		gguf.NewKV("llama.context_length", u32(s.Context)),
-		gguf.NewKV("llama.embedding_length", u32(s.Dim)),
-		gguf.NewKV("llama.block_count", u32(s.Layers)),
-		gguf.NewKV("llama.feed_forward_length", u32(s.FFDim)),
-		gguf.NewKV("llama.rope.dimension_count", u32(s.HeadDim())),
-		gguf.NewKV("llama.attention.head_count", u32(s.Heads)),
-		gguf.NewKV("llama.attention.head_count_kv", u32(s.KVHeads)),
-		gguf.NewKV("llama.attention.layer_norm_rms_epsilon", float32(1e-5)),
-		gguf.NewKV("llama.rope.freq_base", float32(10000)),
 		gguf.NewKV("tokenizer.ggml.model", "llama"),
 		gguf.NewKV("tokenizer.ggml.pre", "default"),
 		gguf.NewKV("tokenizer.ggml.tokens", v.tokens),
@@ -136,7 +229,7 @@ func (s Shape) metadata(v vocab) []gguf.KV {
 	)
 }
 
-// Generate makes a complete Llama GGUF file of shape s with random weights,
+// Generate makes a complete GGUF file of shape s with random weights,
 // in memory. The same shape and seed give the same bytes whatever
 // GOMAXPROCS is, and on any machine for F32, F16, BF16, Q4_0 and Q8_0 (the
 // quantizers of other types do float arithmetic that may round differently
@@ -154,9 +247,10 @@ func (s Shape) metadata(v vocab) []gguf.KV {
 // TinyLlama's 1.1 billion weights take 0.3 s in Q4_0 or Q4_K and 1 s in
 // Q8_0 on two cores, most of it the kernel handing out fresh memory.
 //
-// The vocabulary is an SPM vocabulary of s.Vocab tokens (see the package
-// documentation); the metadata is what llama.cpp writes for a Llama, with a
-// plain-text chat template ("user: ...").
+// The vocabulary is an SPM vocabulary of s.Vocab tokens, or a byte-level
+// BPE one when s.Pre is set (see the package documentation); the metadata
+// is what llama.cpp writes for the architecture, with a plain-text chat
+// template ("user: ...").
 func Generate(s Shape, seed uint64) ([]byte, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -166,7 +260,11 @@ func Generate(s Shape, seed uint64) ([]byte, error) {
 	for i, sp := range specs {
 		infos[i] = sp.info
 	}
-	l, err := gguf.Plan(s.metadata(buildVocab(s.Vocab)), infos)
+	v := buildVocab(s.Vocab)
+	if s.Pre != "" {
+		v = buildBPEVocab(s.Vocab)
+	}
+	l, err := gguf.Plan(s.metadata(v), infos)
 	if err != nil {
 		return nil, fmt.Errorf("synth: shape %q: %w", s.Name, err)
 	}
@@ -228,7 +326,7 @@ func fill(data []byte, specs []tensorSpec, seed uint64) error {
 		}
 		if sp.pooled {
 			sigmas := []float64{sp.sigma}
-			if sp.quiet > 0 {
+			if sp.quiet > 0 || sp.quietTail > 0 {
 				sigmas = append(sigmas, sp.sigma*quietScale)
 			}
 			for _, sigma := range sigmas {
@@ -282,14 +380,17 @@ func (f *filler) chunk(w *worker, c chunk) error {
 	x := w.x[:cols]
 	s1 := splitmix64(f.seed ^ splitmix64(uint64(c.t)+1))
 	r := rand.NewPCG(s1, splitmix64(s1^uint64(c.n)))
+	rows := int(sp.info.Elements()) / cols
 	for row := c.row0; row < c.row1; row++ {
 		start := int(sp.info.Offset) + row*rowBytes
 		dst := f.data[start : start+rowBytes]
 		sigma := sp.sigma
-		if row < sp.quiet {
+		if row < sp.quiet || row >= rows-sp.quietTail {
 			sigma *= quietScale
 		}
 		switch {
+		case sp.values != nil:
+			copy(x, sp.values[row*cols:])
 		case sigma == 0:
 			for i := range x {
 				x[i] = 1

@@ -2,6 +2,7 @@ package synth
 
 import (
 	"fmt"
+	"strings"
 
 	"kvscope/engine/quant"
 )
@@ -17,6 +18,65 @@ type Shape struct {
 	Vocab   int        // vocabulary size, at least 260 (3 special tokens, 256 byte tokens and ▁)
 	Context int        // context length (llama.context_length)
 	Type    quant.Type // type of the embedding, output and layer matrices, e.g. Q4_0, Q8_0, F16
+
+	// The zero values of the fields below make a Llama 2 style model, as
+	// TinyLlama is; Llama 3 and Qwen 2.5 need some of them.
+	Arch       string  // general.architecture: "llama" (when empty) or "qwen2"
+	Pre        string  // "": the SPM vocabulary; else a GPT-2 byte-level BPE vocabulary with this tokenizer.ggml.pre ("llama-bpe", "qwen2")
+	Biases     bool    // Q, K and V biases (qwen2 requires them)
+	Tied       bool    // no output.weight: the output matrix is the embedding table
+	RopeBase   float32 // RoPE frequency base; 0: 10000
+	Llama3Rope float32 // Llama 3's RoPE scaling factor, written as rope_freqs.weight (low 1, high 4, original context 8192); 0: none
+	NormEps    float32 // RMSNorm epsilon; 0: 1e-5
+	// Medium, with Type Q4_K or Q5_K, makes llama-quantize's Q4_K_M or
+	// Q5_K_M mix: Q6_K for the output matrix and for attn_v and ffn_down in
+	// the layers llama.cpp's use_more_bits picks (the first and last eighth
+	// and every third between).
+	Medium bool
+}
+
+// Presets are the named shapes of real models that kvscope gen-model
+// writes, by name: TinyLlama, Llama 3.2 1B and Qwen 2.5 0.5B (each with its
+// architecture's vocabulary kind, RoPE, biases and tied output), and
+// "small", a 2-million-weight Llama for tests. The weight type is Q4_0;
+// set Type (and Medium) for another.
+var Presets = map[string]Shape{
+	"tinyllama-1.1b": TinyLlama,
+	"llama-3.2-1b":   Llama32_1B,
+	"qwen2.5-0.5b":   Qwen25_05B,
+	"small":          Small,
+}
+
+// Llama32_1B has the shape of Llama 3.2 1B: 16 layers, dim 2048,
+// feed-forward 8192, 32 heads over 8 KV heads, a 128,256-token byte-level
+// BPE vocabulary (pre-tokenizer llama-bpe, 256 control tokens at the end),
+// the output tied to the embeddings, RoPE base 500,000 with Llama 3's
+// frequency factors (factor 32), context 131,072; 1.24 billion weights.
+var Llama32_1B = Shape{
+	Name: "synthetic Llama-3.2-1B shape (random weights)", Dim: 2048, Layers: 16,
+	Heads: 32, KVHeads: 8, FFDim: 8192, Vocab: 128256, Context: 131072, Type: quant.Q4_0,
+	Pre: "llama-bpe", Tied: true, RopeBase: 500000, Llama3Rope: 32,
+}
+
+// Qwen25_05B has the shape of Qwen 2.5 0.5B: architecture qwen2, 24
+// layers, dim 896, feed-forward 4864, 14 heads over 2 KV heads, Q/K/V
+// biases, a 151,936-token byte-level BPE vocabulary (pre-tokenizer qwen2),
+// the output tied to the embeddings, RoPE base 1,000,000, RMSNorm epsilon
+// 1e-6, context 32,768; 494 million weights. Its rows of 896 are not a
+// multiple of the K-quants' 256: those matrices fall back as
+// llama-quantize's do (Q4_K to Q5_0, Q6_K to Q8_0).
+var Qwen25_05B = Shape{
+	Name: "synthetic Qwen2.5-0.5B shape (random weights)", Dim: 896, Layers: 24,
+	Heads: 14, KVHeads: 2, FFDim: 4864, Vocab: 151936, Context: 32768, Type: quant.Q4_0,
+	Arch: "qwen2", Pre: "qwen2", Biases: true, Tied: true, RopeBase: 1e6, NormEps: 1e-6,
+}
+
+// Small is a quick Llama for tests: dim 256 (a multiple of the K-quants'
+// block, so that every type applies), 2 layers, 4 heads over 2 KV heads,
+// feed-forward 512, vocabulary 2048, context 2048, in Q4_0.
+var Small = Shape{
+	Name: "kvscope small test model (random weights)", Dim: 256, Layers: 2,
+	Heads: 4, KVHeads: 2, FFDim: 512, Vocab: 2048, Context: 2048, Type: quant.Q4_0,
 }
 
 // TinyLlama has the shape of TinyLlama 1.1B (1.1 billion weights, 22
@@ -66,9 +126,51 @@ func (s Shape) HeadDim() int {
 
 // Params returns the number of weights of a model of this shape.
 func (s Shape) Params() int64 {
-	d, ff, kv := int64(s.Dim), int64(s.FFDim), int64(s.KVHeads*s.HeadDim())
-	perLayer := 2*d*d + 2*d*kv + 3*d*ff + 2*d
-	return int64(s.Layers)*perLayer + 2*int64(s.Vocab)*d + d
+	var n int64
+	for _, sp := range s.tensors() {
+		n += int64(sp.info.Elements())
+	}
+	return n
+}
+
+// arch returns the architecture name, "llama" when Arch is empty.
+func (s Shape) arch() string {
+	if s.Arch == "" {
+		return "llama"
+	}
+	return s.Arch
+}
+
+// fallback is llama-quantize's replacement for a K-quant when a row's
+// length is not a multiple of its 256-value block.
+var fallback = map[quant.Type]quant.Type{
+	quant.Q2_K: quant.IQ4_NL, quant.Q3_K: quant.IQ4_NL, quant.Q4_K: quant.Q5_0,
+	quant.Q5_K: quant.Q5_1, quant.Q6_K: quant.Q8_0,
+}
+
+// matrixType returns the type of matrix name (of layer l, -1 for none) with
+// rows of cols values: Type, or Q6_K where Medium asks for more bits, then
+// the fallback where the row does not hold whole blocks.
+func (s Shape) matrixType(name string, l, cols int) quant.Type {
+	t := s.Type
+	if s.Medium {
+		out := name == "output.weight" || s.Tied && name == "token_embd.weight"
+		if out || (strings.HasSuffix(name, ".attn_v.weight") || strings.HasSuffix(name, ".ffn_down.weight")) && useMoreBits(l, s.Layers) {
+			t = quant.Q6_K
+		}
+	}
+	if bs := t.BlockSize(); bs > 0 && cols%bs != 0 {
+		if fb, ok := fallback[t]; ok {
+			t = fb
+		}
+	}
+	return t
+}
+
+// useMoreBits is llama.cpp's choice of the layers that get more bits in
+// the _M mixes.
+func useMoreBits(l, n int) bool {
+	return l >= 0 && (l < n/8 || l >= 7*n/8 || (l-n/8)%3 == 2)
 }
 
 // Validate reports the first thing that keeps s from being a model, naming
@@ -103,13 +205,38 @@ func (s Shape) Validate() error {
 	if !quant.CanQuantize(s.Type) {
 		return fail("weight type %s cannot be written by package quant", s.Type)
 	}
-	bs := s.Type.BlockSize()
-	if s.Dim%bs != 0 || s.FFDim%bs != 0 {
-		return fail("Dim %d and FFDim %d must be multiples of the %s block size %d", s.Dim, s.FFDim, s.Type, bs)
+	switch s.arch() {
+	case "llama":
+	case "qwen2":
+		if !s.Biases {
+			return fail("architecture qwen2 needs Biases")
+		}
+	default:
+		return fail("architecture %q is not llama or qwen2", s.Arch)
+	}
+	if s.Pre != "" && s.Vocab < minBPEVocab {
+		return fail("Vocab %d is less than %d (256 byte tokens, %d control tokens and one more)", s.Vocab, minBPEVocab, bpeSpecials)
+	}
+	if s.Medium && s.Type != quant.Q4_K && s.Type != quant.Q5_K {
+		return fail("the _M mix is made of Q4_K or Q5_K, not %s", s.Type)
+	}
+	if s.Llama3Rope < 0 || s.RopeBase < 0 || s.NormEps < 0 {
+		return fail("Llama3Rope %g, RopeBase %g and NormEps %g must not be negative", s.Llama3Rope, s.RopeBase, s.NormEps)
 	}
 	// Rows are no longer than FFDim, so the file's size is about the
 	// weights' bytes.
-	if b := float64(s.Params()) * float64(s.Type.TypeSize()) / float64(bs); b > maxFileBytes {
+	var b float64
+	for _, sp := range s.tensors() {
+		t := sp.info.Type
+		if !quant.CanQuantize(t) {
+			return fail("weight type %s (of %s) cannot be written by package quant", t, sp.info.Name)
+		}
+		if bs := t.BlockSize(); int(sp.info.Dims[0])%bs != 0 {
+			return fail("Dim %d and FFDim %d must be multiples of the %s block size %d", s.Dim, s.FFDim, t, bs)
+		}
+		b += float64(sp.info.Elements()) * float64(t.TypeSize()) / float64(t.BlockSize())
+	}
+	if b > maxFileBytes {
 		return fail("the file would take %.0f bytes, more than %d", b, int64(maxFileBytes))
 	}
 	return nil

@@ -304,7 +304,13 @@ func TestShapeErrors(t *testing.T) {
 		{func(s *synth.Shape) { s.Heads, s.Dim = 4, 36 }, "head dimension 9 (Dim/Heads) is odd"},
 		{func(s *synth.Shape) { s.KVHeads = 3 }, "4 Heads cannot be grouped over 3 KVHeads"},
 		{func(s *synth.Shape) { s.Type = quant.Q8_1 }, "weight type Q8_1 cannot be written"},
-		{func(s *synth.Shape) { s.Type = quant.Q4_K }, "must be multiples of the Q4_K block size 256"},
+		{func(s *synth.Shape) { s.Type, s.Dim, s.Heads = quant.Q4_K, 48, 4 }, "must be multiples of the Q5_0 block size 32"}, // Q4_K falls back to Q5_0
+		{func(s *synth.Shape) { s.Type, s.FFDim = quant.Q6_K, 200 }, "must be multiples of the Q8_0 block size 32"},
+		{func(s *synth.Shape) { s.Medium = true }, "the _M mix is made of Q4_K or Q5_K, not Q8_0"},
+		{func(s *synth.Shape) { s.Arch = "gpt2" }, `architecture "gpt2" is not llama or qwen2`},
+		{func(s *synth.Shape) { s.Arch = "qwen2" }, "architecture qwen2 needs Biases"},
+		{func(s *synth.Shape) { s.Pre, s.Vocab = "qwen2", 512 }, "Vocab 512 is less than 513"},
+		{func(s *synth.Shape) { s.RopeBase = -1 }, "must not be negative"},
 		{func(s *synth.Shape) { s.FFDim = 100 }, "must be multiples of the Q8_0 block size 32"},
 		{func(s *synth.Shape) { s.Dim, s.FFDim, s.Layers, s.Heads = 1<<14, 1<<16, 40, 128 }, "the file would take"},
 	}
@@ -317,7 +323,7 @@ func TestShapeErrors(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []synth.Shape{synth.Demo, synth.TinyLlama, small} {
+	for _, s := range []synth.Shape{synth.Demo, synth.TinyLlama, small, synth.Llama32_1B, synth.Qwen25_05B, synth.Small} {
 		if err := s.Validate(); err != nil {
 			t.Errorf("%s: %v", s.Name, err)
 		}
@@ -333,6 +339,8 @@ func TestPresets(t *testing.T) {
 		headDim, kvDim int
 	}{
 		{synth.TinyLlama, 1_100_048_384, 64, 256},
+		{synth.Llama32_1B, 1_235_814_432, 64, 512}, // Meta's count, with the 32 RoPE factors
+		{synth.Qwen25_05B, 494_032_768, 64, 128},   // Qwen's count
 		{synth.Demo, 5_245_184, 32, 128},
 	}
 	for _, tc := range tests {
@@ -379,5 +387,111 @@ func TestPooledModel(t *testing.T) {
 	logits := forward(t, m, []int{1, 500})
 	if _, std := meanStd(logits[1][259:]); std < 0.3 || std > 3 {
 		t.Errorf("logits of the pieces have standard deviation %.3f, want about 1", std)
+	}
+}
+
+// TestArchitectures makes small models of each architecture feature the
+// presets use (qwen2 biases, byte-level BPE vocabularies, tied output,
+// Llama 3 RoPE factors, the _M mix) and checks what model and tokenizer
+// read from them.
+func TestArchitectures(t *testing.T) {
+	base := synth.Shape{Name: "arch", Dim: 256, Layers: 8, Heads: 4, KVHeads: 2, FFDim: 512, Vocab: 1500, Context: 256, Type: quant.Q8_0}
+	tests := []struct {
+		name   string
+		change func(*synth.Shape)
+		arch   string
+		vocab  string // tokenizer model, and pre-tokenizer for BPE
+		tied   bool
+		freqs  bool
+		biases bool
+		types  map[string]quant.Type // some tensors' types
+	}{
+		{"llama spm", func(*synth.Shape) {}, "llama", "llama", false, false, false,
+			map[string]quant.Type{"output.weight": quant.Q8_0, "blk.0.ffn_down.weight": quant.Q8_0}},
+		{"llama 3", func(s *synth.Shape) { s.Pre, s.Tied, s.RopeBase, s.Llama3Rope = "llama-bpe", true, 500000, 32 }, "llama", "gpt2 llama-bpe", true, true, false,
+			map[string]quant.Type{"token_embd.weight": quant.Q8_0}},
+		{"qwen2", func(s *synth.Shape) {
+			s.Arch, s.Pre, s.Biases, s.Tied, s.RopeBase, s.NormEps = "qwen2", "qwen2", true, true, 1e6, 1e-6
+		}, "qwen2", "gpt2 qwen2", true, false, true, nil},
+		{"Q4_K_M", func(s *synth.Shape) { s.Type, s.Medium = quant.Q4_K, true }, "llama", "llama", false, false, false,
+			// use_more_bits over 8 layers: 0, 3, 6, 7.
+			map[string]quant.Type{"output.weight": quant.Q6_K, "token_embd.weight": quant.Q4_K, "blk.0.attn_v.weight": quant.Q6_K,
+				"blk.1.attn_v.weight": quant.Q4_K, "blk.3.ffn_down.weight": quant.Q6_K, "blk.6.ffn_down.weight": quant.Q6_K,
+				"blk.5.ffn_down.weight": quant.Q4_K, "blk.7.attn_v.weight": quant.Q6_K, "blk.7.attn_q.weight": quant.Q4_K}},
+		{"Q4_K_M tied, rows of 320", func(s *synth.Shape) {
+			s.Type, s.Medium, s.Tied, s.Dim, s.Heads, s.KVHeads = quant.Q4_K, true, true, 320, 5, 1
+		}, "llama", "llama", true, false, false,
+			// rows of 320 fall back: Q6_K to Q8_0, Q4_K to Q5_0; rows of FFDim 512 keep their type.
+			map[string]quant.Type{"token_embd.weight": quant.Q8_0, "blk.0.attn_q.weight": quant.Q5_0, "blk.0.ffn_down.weight": quant.Q6_K, "blk.1.ffn_down.weight": quant.Q4_K}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := base
+			tc.change(&s)
+			f, err := synth.Open(s, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := model.New(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := m.Config
+			if c.Arch != tc.arch || c.Dim != s.Dim || c.Layers != s.Layers || c.Vocab != s.Vocab || c.HeadDim != s.HeadDim() {
+				t.Errorf("config %+v does not match shape %+v", c, s)
+			}
+			if s.RopeBase != 0 && c.RopeBase != s.RopeBase || s.NormEps != 0 && c.NormEps != s.NormEps {
+				t.Errorf("RoPE base %g, epsilon %g; want %g, %g", c.RopeBase, c.NormEps, s.RopeBase, s.NormEps)
+			}
+			if got := m.Params(); got != s.Params() {
+				t.Errorf("model has %d weights, Shape.Params says %d", got, s.Params())
+			}
+			_, hasOut := f.Tensor("output.weight")
+			_, hasFreqs := f.Tensor("rope_freqs.weight")
+			_, hasBias := f.Tensor("blk.0.attn_q.bias")
+			if hasOut == tc.tied || hasFreqs != tc.freqs || hasBias != tc.biases {
+				t.Errorf("output.weight %v, rope_freqs %v, biases %v; want %v, %v, %v", hasOut, hasFreqs, hasBias, !tc.tied, tc.freqs, tc.biases)
+			}
+			if tc.freqs {
+				fr := dequant(t, f, "rope_freqs.weight")
+				if len(fr) != s.HeadDim()/2 || fr[0] != 1 || fr[len(fr)-1] != s.Llama3Rope {
+					t.Errorf("rope_freqs %v: want %d factors from 1 to %g", fr, s.HeadDim()/2, s.Llama3Rope)
+				}
+			}
+			for name, want := range tc.types {
+				if ti, ok := f.Tensor(name); !ok || ti.Type != want {
+					t.Errorf("%s: type %v, want %v", name, ti.Type, want)
+				}
+			}
+			tok, err := tokenizer.FromGGUF(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kind := tok.Model()
+			if kind == "gpt2" {
+				kind += " " + tok.Pre()
+			}
+			if kind != tc.vocab || tok.Size() != s.Vocab {
+				t.Errorf("vocabulary %q of %d tokens, want %q of %d", kind, tok.Size(), tc.vocab, s.Vocab)
+			}
+			const text = "the water was there and the people came, 42 ünïcode"
+			ids := tok.Encode(text, false, false)
+			if got := tok.Decode(ids); got != text {
+				t.Errorf("decode(encode(text)) = %q, want %q", got, text)
+			}
+			words := "the water was there" // SPM adds the first word's space itself
+			if tok.Model() == "gpt2" {
+				words = " " + words
+			}
+			if words := tok.Encode(words, false, false); len(words) != 4 {
+				t.Errorf("%d tokens for 4 common words, want one each", len(words))
+			}
+			logits := forward(t, m, ids[:8])
+			for i, row := range logits {
+				if _, std := meanStd(row); math.IsNaN(std) || std < 0.05 {
+					t.Errorf("row %d: logits have standard deviation %.3f", i, std)
+				}
+			}
+		})
 	}
 }

@@ -49,11 +49,108 @@ const (
 	vowels     = "aeiou"
 )
 
-// vocab is an SPM vocabulary as tokenizer.ggml.* metadata holds it.
+// vocab is an SPM or BPE vocabulary as tokenizer.ggml.* metadata holds it.
 type vocab struct {
 	tokens []string
 	scores []float32
 	types  []int32
+	merges []string // BPE only
+}
+
+// bpeSpecials is the number of control tokens that end a BPE vocabulary,
+// as Llama 3's 256 do: <|begin_of_text|> (BOS), <|end_of_text|> (EOS), then
+// reserved ones.
+const bpeSpecials = 256
+
+// minBPEVocab is the smallest BPE vocabulary: the 256 byte tokens, the
+// control tokens and one more.
+const minBPEVocab = 256 + bpeSpecials + 1
+
+// byteChars is GPT-2's byte-level alphabet: the character that stands for
+// each byte in a byte-level BPE vocabulary. Printable Latin-1 bytes stand
+// for themselves; the others (controls, space, 127–160, 173) for U+0100 on,
+// in byte order, so that a space is Ġ.
+var byteChars = func() [256]string {
+	var c [256]string
+	n := 0
+	for b := range 256 {
+		if b >= '!' && b <= '~' || b >= 0xa1 && b <= 0xac || b >= 0xae {
+			c[b] = string(rune(b))
+		} else {
+			c[b] = string(rune(256 + n))
+			n++
+		}
+	}
+	return c
+}()
+
+// buildBPEVocab returns a GPT-2 style byte-level BPE vocabulary of exactly
+// n tokens (n >= minBPEVocab), the same for the same n: the 256 byte
+// tokens, then the word pieces of buildVocab with their prefixes (Ġt, Ġth,
+// Ġthe), each made by a merge of the one before and a letter, in
+// word-frequency order, then made-up words without merges (which fill the
+// size; the tokenizer reaches none of them), then bpeSpecials control
+// tokens. So a text's words become whole-word tokens where the vocabulary
+// has them, and bytes for anything else.
+func buildBPEVocab(n int) vocab {
+	v := vocab{tokens: make([]string, 0, n), types: make([]int32, 0, n)}
+	seen := make(map[string]bool, n)
+	words := n - bpeSpecials
+	for b := range 256 {
+		v.add(seen, words, byteChars[b], typeNormal, 0)
+	}
+	sp := byteChars[' ']
+	piece := func(w string) {
+		for k := 1; k <= len(w); k++ {
+			if len(v.tokens) < words && !seen[sp+w[:k]] {
+				v.merges = append(v.merges, sp+w[:k-1]+" "+w[k-1:k])
+			}
+			v.add(seen, words, sp+w[:k], typeNormal, 0)
+		}
+	}
+	list := strings.Fields(commonWords)
+	for _, w := range list {
+		piece(w)
+	}
+	for _, w := range list[:capitalized] {
+		piece(strings.ToUpper(w[:1]) + w[1:])
+	}
+	var syllables []string
+	for _, c := range consonants {
+		for _, vw := range vowels {
+			syllables = append(syllables, string(c)+string(vw))
+		}
+	}
+	// Made-up words of 3, 4, ... syllables (no common word is one), until
+	// full.
+	for length := 3; len(v.tokens) < words; length++ {
+		idx := make([]int, length)
+		for len(v.tokens) < words {
+			var b strings.Builder
+			b.WriteString(sp)
+			for _, i := range idx {
+				b.WriteString(syllables[i])
+			}
+			v.add(seen, words, b.String(), typeNormal, 0)
+			j := length - 1
+			for j >= 0 && idx[j] == len(syllables)-1 {
+				idx[j] = 0
+				j--
+			}
+			if j < 0 {
+				break
+			}
+			idx[j]++
+		}
+	}
+	specials := []string{"<|begin_of_text|>", "<|end_of_text|>"}
+	for i := len(specials); i < bpeSpecials; i++ {
+		specials = append(specials, fmt.Sprintf("<|reserved_special_token_%d|>", i-2))
+	}
+	for _, t := range specials {
+		v.add(seen, n, t, typeControl, 0)
+	}
+	return v
 }
 
 // add appends a token unless the vocabulary is full or already holds it.
