@@ -122,3 +122,37 @@ func hasPlainSegment(p *Prompt, s string) bool {
 	}
 	return false
 }
+
+// TestThinkingCut: DeepSeek R1's template keeps only what follows
+// </think> in an assistant turn; the answer is message text and the
+// template's <｜Assistant｜> stays whole in template text.
+func TestThinkingCut(t *testing.T) {
+	src, err := os.ReadFile(testshared.Path(t, "testdata/chat-templates/jinja/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewTemplate(NameFromFile, string(src), "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.Render([]Message{
+		{"user", "Capital of France?"},
+		{"assistant", "<think>It is Paris.</think>Paris."},
+		{"user", "<｜Assistant｜>And Italy?"},
+	}, Options{AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Segment{
+		{"<｜User｜>", true},
+		{"Capital of France?", false},
+		{"<｜Assistant｜>", true},
+		{"Paris.", false},
+		{"<｜end▁of▁sentence｜><｜User｜>", true},
+		{"<｜Assistant｜>And Italy?", false},
+		{"<｜Assistant｜><think>\n", true},
+	}
+	if !p.Tracked || !equalSegments(p.Segments, want) {
+		t.Fatalf("segments\n got: %+v\nwant: %+v", p.Segments, want)
+	}
+}

@@ -49,7 +49,7 @@ const (
 const maxMessages = markerIndexes
 
 // renderTimeout is how long one rendering may take before Render gives up.
-const renderTimeout = 10 * time.Second
+var renderTimeout = 10 * time.Second
 
 // Vocab is what a Formatter needs from a tokenizer: token texts and the
 // BOS and EOS ids. *tokenizer.Tokenizer (package kvscope/engine/tokenizer)
@@ -134,6 +134,7 @@ type Formatter struct {
 	bos, eos   string
 	tmpl       *jinja.Template
 	systemRole bool
+	literals   []string // the template's string literals (see splitMarked)
 }
 
 // Mode returns how the Formatter makes prompts.
@@ -162,7 +163,7 @@ func NewTemplate(name, source, bos, eos string) (*Formatter, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Formatter{mode: ModeChat, name: name, source: source, bos: bos, eos: eos, tmpl: t}
+	f := &Formatter{mode: ModeChat, name: name, source: source, bos: bos, eos: eos, tmpl: t, literals: stringLiterals(source)}
 	f.systemRole = f.keepsSystem()
 	return f, nil
 }

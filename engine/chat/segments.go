@@ -62,7 +62,7 @@ func (f *Formatter) segments(msgs []Message, opt Options, plain string) ([]Segme
 	if err != nil {
 		return nil, false
 	}
-	segs := splitMarked(marked, cores)
+	segs := splitMarked(marked, cores, f.literals)
 	var b strings.Builder
 	for _, s := range segs {
 		b.WriteString(s.Text)
@@ -78,9 +78,13 @@ func (f *Formatter) segments(msgs []Message, opt Options, plain string) ([]Segme
 // without its open marker (the template kept the end of the content) makes
 // message text of the longest end of the text before it that ends cores[i];
 // an open marker without its close marker, of the longest start of the text
-// after it that starts cores[i]. Marker runes that form no marker are
-// dropped.
-func splitMarked(s string, cores []string) []Segment {
+// after it that starts cores[i]. That match may run on into template text
+// that happens to equal the content's text beside the part kept (">" of
+// "</think>" before the answer): so where the content has one of the
+// template's string literals (the separator it split on, most likely) at
+// the edge of a shorter match, the longest such match is taken instead.
+// Marker runes that form no marker are dropped.
+func splitMarked(s string, cores, literals []string) []Segment {
 	var segs []Segment
 	add := func(text string, special bool) {
 		if text == "" {
@@ -98,7 +102,7 @@ func splitMarked(s string, cores []string) []Segment {
 	// start of buf that starts the content is message text.
 	closeOpen := func() {
 		t := buf.String()
-		n := commonPrefix(t, cores[open])
+		n := keptPrefix(t, cores[open], literals)
 		add(t[:n], false)
 		add(t[n:], true)
 		buf.Reset()
@@ -138,7 +142,7 @@ func splitMarked(s string, cores []string) []Segment {
 				closeOpen()
 			}
 			t := buf.String()
-			n := commonSuffix(t, cores[m])
+			n := keptSuffix(t, cores[m], literals)
 			add(t[:len(t)-n], true)
 			add(t[len(t)-n:], false)
 			buf.Reset()
@@ -179,4 +183,80 @@ func commonSuffix(a, b string) int {
 		n += size
 	}
 	return n
+}
+
+// keptSuffix is the length of the end of t that is the end of core that a
+// template kept (see splitMarked).
+func keptSuffix(t, core string, literals []string) int {
+	n := commonSuffix(t, core)
+	for k := n; k > 0; k-- {
+		if !utf8.RuneStart(core[len(core)-k]) {
+			continue
+		}
+		for _, l := range literals {
+			if strings.HasSuffix(core[:len(core)-k], l) {
+				return k
+			}
+		}
+	}
+	return n
+}
+
+// keptPrefix is the length of the start of t that is the start of core
+// that a template kept (see splitMarked).
+func keptPrefix(t, core string, literals []string) int {
+	n := commonPrefix(t, core)
+	for k := n; k > 0; k-- {
+		if k < len(core) && !utf8.RuneStart(core[k]) {
+			continue
+		}
+		for _, l := range literals {
+			if strings.HasPrefix(core[k:], l) {
+				return k
+			}
+		}
+	}
+	return n
+}
+
+// stringLiterals returns the non-empty quoted strings of a template's
+// source, with the escapes \n, \t, \r and those of a quote or a
+// backslash undone.
+func stringLiterals(src string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for i := 0; i < len(src); i++ {
+		q := src[i]
+		if q != '\'' && q != '"' {
+			continue
+		}
+		var b strings.Builder
+		j := i + 1
+		for ; j < len(src) && src[j] != q; j++ {
+			c := src[j]
+			if c == '\\' && j+1 < len(src) {
+				j++
+				switch src[j] {
+				case 'n':
+					c = '\n'
+				case 't':
+					c = '\t'
+				case 'r':
+					c = '\r'
+				default:
+					c = src[j]
+				}
+			}
+			b.WriteByte(c)
+		}
+		if j == len(src) {
+			break
+		}
+		if l := b.String(); l != "" && !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+		i = j
+	}
+	return out
 }
