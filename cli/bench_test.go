@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"kvscope/internal/testshared"
+)
+
+// speedArgs run bench speed on the small preset with tiny counts.
+var speedArgs = []string{"bench", "speed", "--preset", "small", "--types", "Q4_0,Q8_0", "-p", "16", "-n", "4", "-r", "1",
+	"-ntg", "2", "--npl", "1,3", "--ctx", "64", "--ctx-gen", "2"}
+
+// speedRowNames are the rows of a table of speedArgs, in order.
+var speedRowNames = []string{
+	"prefill, 16-token prompt",
+	"decode, 1 sequence, 4 tokens",
+	"decode, 1 sequence after 16",
+	"decode, 3 sequences after 16 (aggregate)",
+	"decode at 64 context, f16 K/V",
+	"decode at 64 context, int8 K/V",
+	"decode at 64 context, int4 K/V",
+}
+
+// TestBenchSpeedTable runs bench speed's whole path on the small preset,
+// without llama.cpp and, where the shared build is there, with it, and
+// checks the tables' structure: one per type, every test, a positive rate
+// from kvscope, and llama.cpp's column only when it ran.
+func TestBenchSpeedTable(t *testing.T) {
+	peerDir := filepath.Join(testshared.Dir(), "peers", "llama.cpp", "bin")
+	for _, tc := range []struct {
+		name string
+		peer string
+		cols int // values in a row: kvscope's, [llama.cpp's, the ratio,] the bandwidth limit
+	}{
+		{"no peer", "", 2},
+		{"llama.cpp", peerDir, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.peer != "" && findPeer(tc.peer) == "" {
+				t.Skipf("no llama.cpp build in %s", tc.peer)
+			}
+			dir := t.TempDir()
+			code, out, stderr := run(t, append(speedArgs, "--peer", tc.peer, "--dir", dir)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			if (tc.peer == "") != strings.Contains(out, "llama.cpp: not run") {
+				t.Errorf("peer %q, but the output says:\n%s", tc.peer, out)
+			}
+			tables := strings.Split(out, "\nsmall ")
+			if len(tables) != 3 || !strings.HasPrefix(tables[1], "Q4_0: ") || !strings.HasPrefix(tables[2], "Q8_0: ") {
+				t.Fatalf("want a header and a table for Q4_0 and Q8_0:\n%s", out)
+			}
+			for _, tbl := range tables[1:] {
+				lines := strings.Split(strings.TrimRight(tbl, "\n"), "\n")
+				if !strings.Contains(lines[0], "of weights read per token") {
+					t.Errorf("table title %q names no weight bytes", lines[0])
+				}
+				rows := lines[2:]
+				if strings.HasPrefix(rows[len(rows)-1], "llama.cpp failed") {
+					t.Logf("%s", rows[len(rows)-1]) // its lost-log bug; the table is still whole
+					rows = rows[:len(rows)-1]
+				}
+				if len(rows) != len(speedRowNames) {
+					t.Fatalf("%d rows, want %d:\n%s", len(rows), len(speedRowNames), tbl)
+				}
+				for i, row := range rows {
+					name := strings.TrimSpace(row)
+					if !strings.HasPrefix(name, speedRowNames[i]) {
+						t.Errorf("row %d is %q, want %q", i, name, speedRowNames[i])
+						continue
+					}
+					f := strings.Fields(strings.TrimPrefix(name, speedRowNames[i]))
+					if len(f) != tc.cols {
+						t.Errorf("row %q has %d values, want %d", row, len(f), tc.cols)
+						continue
+					}
+					if v, err := strconv.ParseFloat(f[0], 64); err != nil || v <= 0 {
+						t.Errorf("row %q: kvscope's rate %q is not a positive number", row, f[0])
+					}
+					if last := f[len(f)-1]; (i == 0) != (last == "–") {
+						t.Errorf("row %q: bandwidth limit %q (only prefill has none)", row, last)
+					}
+				}
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("the model files were left in %s: %v", dir, entries)
+			}
+		})
+	}
+}
+
+// TestParseLlamaBench reads llama-bench's CSV output, captured from a run
+// with -p 128 -n 64 -r 2, and refuses malformed output.
+func TestParseLlamaBench(t *testing.T) {
+	real, err := os.ReadFile(filepath.Join("testdata", "llama-bench.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, in string
+		want     map[string]float64
+		err      string
+	}{
+		{"captured", string(real), map[string]float64{"prefill, 128-token prompt": 34366.546064, "decode, 1 sequence, 64 tokens": 2156.713278}, ""},
+		{"no rows", "n_prompt,n_gen,avg_ts\n", nil, "no results"},
+		{"empty", "", nil, "no results"},
+		{"no avg_ts", "n_prompt,n_gen\n128,0\n", nil, "no avg_ts column"},
+		{"bad number", "n_prompt,n_gen,avg_ts\n128,0,fast\n", nil, "bad numbers"},
+		{"ragged", "n_prompt,n_gen,avg_ts\n128,0\n", nil, "CSV"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseLlamaBench(strings.NewReader(tc.in))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+			for k, v := range tc.want {
+				if got[k] != v {
+					t.Errorf("%s: %v, want %v", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+// TestParseBatchedBench reads llama-batched-bench's JSONL output, captured
+// from a run with -npp 128 -ntg 32 -npl 1,4,8,1 (bench speed's extra last
+// test), and refuses malformed output.
+func TestParseBatchedBench(t *testing.T) {
+	real, err := os.ReadFile(filepath.Join("testdata", "llama-batched-bench.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, in string
+		want     map[string]float64
+		err      string
+	}{
+		{"captured", string(real), map[string]float64{
+			"decode, 1 sequence after 128":              3013.750244, // the first of the two 1-sequence tests
+			"decode, 4 sequences after 128 (aggregate)": 8455.541992,
+			"decode, 8 sequences after 128 (aggregate)": 5916.886230,
+		}, ""},
+		{"log lines around", "main: n_kv_max = 4096\n" + `{"pp": 128, "tg": 32, "pl": 2, "speed_tg": 7.5}` + "\nllama_perf: done\n",
+			map[string]float64{"decode, 2 sequences after 128 (aggregate)": 7.5}, ""},
+		{"nothing", "main: n_kv_max = 4096\n", nil, "no results"},
+		{"bad json", `{"pp": 128, "tg": 32,` + "\n", nil, "JSON line"},
+		{"no speed", `{"pp": 128, "tg": 32, "pl": 1}` + "\n", nil, "lacks pp, tg, pl or speed_tg"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseBatchedBench(strings.NewReader(tc.in))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+			for k, v := range tc.want {
+				if got[k] != v {
+					t.Errorf("%s: %v, want %v", k, got[k], v)
+				}
+			}
+		})
+	}
+}
