@@ -601,24 +601,37 @@ const sharedSystem = "You are a kind storyteller for young children. Tell short,
 func (t *teacher) lessonShared(ctx context.Context, e *engine.Engine) error {
 	t.setMode(inspector.ByRefCount)
 	messages := []string{"Once upon a time, a little fox", "One day, a small blue bird", "Tom and his dog went to the park"}
-	done := make(chan error, 1)
-	uithread.Do(func() {
-		for _, m := range messages {
+	for i, m := range messages {
+		type sent struct {
+			id  int64
+			err error
+		}
+		done := make(chan sent, 1)
+		uithread.Do(func() {
+			if err := ctx.Err(); err != nil {
+				done <- sent{err: err} // stopped meanwhile: send nothing more
+				return
+			}
 			id := t.a.chat.NewConversation()
 			t.a.chat.Update(id, func(c *store.Conversation) {
 				c.Title = "Shared: " + title3(m)
 				c.System = sharedSystem
 				c.Sampling.MaxTokens = 600
 			})
-			if err := t.a.chat.SendText(id, m); err != nil {
-				done <- err
-				return
+			done <- sent{id, t.a.chat.SendText(id, m)}
+		})
+		r := <-done
+		if r.err != nil {
+			return r.err
+		}
+		if i == 0 {
+			// The others come once the first's prompt is computed: only
+			// computed blocks are in the prefix cache, so prompts admitted
+			// in the same step would each compute the system prompt.
+			if err := t.waitReplyStarted(ctx, r.id); err != nil {
+				return err
 			}
 		}
-		done <- nil
-	})
-	if err := <-done; err != nil {
-		return err
 	}
 	sysTokens := len(e.Tokenizer().Encode(sharedSystem+"\n\n", true, false))
 	for ctx.Err() == nil {
@@ -641,6 +654,23 @@ func (t *teacher) lessonShared(ctx context.Context, e *engine.Engine) error {
 		}
 	}
 	return nil
+}
+
+// waitReplyStarted waits until conversation id's reply has its first
+// token, or has ended.
+func (t *teacher) waitReplyStarted(ctx context.Context, id int64) error {
+	for {
+		for _, c := range t.a.chat.Conversations().List {
+			if c.ID == id && len(c.Messages) > 0 {
+				if m := c.Messages[len(c.Messages)-1]; m.Tokens > 0 || m.Finish != "" {
+					return nil
+				}
+			}
+		}
+		if err := wait(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // title3 is the first three words of s.
