@@ -23,6 +23,7 @@ var Commands = []Command{
 	{"run", "generate text from a prompt", runCmd},
 	{"info", "describe a GGUF model", infoCmd},
 	{"tokenize", "print a text's token ids as JSON", tokenizeCmd},
+	{"template", "render a chat template on JSON messages", templateCmd},
 	{"perplexity", "measure perplexity over a text file", perplexityCmd},
 	{"gen-model", "write a GGUF of a real model's shape with random weights", genModelCmd},
 	{"bench", "measure the cache (bench cache) and prefill and decode speed (bench speed)", benchCmd},
