@@ -190,7 +190,8 @@ int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, in
 	if (!kvs_plane_ok(k) || !kvs_plane_ok(v) || k->layers != v->layers || k->blocks != v->blocks ||
 	    k->block_size != v->block_size || k->kv_heads != v->kv_heads || k->head_dim != v->head_dim || v->key)
 		return KVS_ERR_ARG;
-	if (layer < 0 || layer >= k->layers || n < 0 || heads < 1 || heads % k->kv_heads || !q || !n_pos || !tables ||
+	if (layer < 0 || layer >= k->layers || n < 0 || heads < 1 || heads % k->kv_heads ||
+	    heads / k->kv_heads > KVS_MAX_GROUP || !q || !n_pos || !tables ||
 	    !table_off || !scratch || !out || (k->key && !k_resid))
 		return KVS_ERR_ARG;
 	for (int64_t r = 0; r < n; r++) {

@@ -25,12 +25,23 @@ static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int 
 	int64_t di = lb * p->data_per_block + (int64_t)(h * B + t) * (p->prec <= KVS_KV_BF16 ? D : p->row_bytes);
 	switch (p->prec) {
 	case KVS_KV_F32: memcpy(out, (const float *)p->data + di, (size_t)D * 4); return;
-	case KVS_KV_F16:
-		for (int d = 0; d < D; d++) out[d] = kvs_h2f(((const uint16_t *)p->data)[di + d]);
+	case KVS_KV_F16: {
+		const uint16_t *h = (const uint16_t *)p->data + di;
+		int d = 0;
+#if defined(__F16C__) && defined(__AVX__)
+		for (; d + 8 <= D; d += 8) _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + d))));
+#endif
+		for (; d < D; d++) out[d] = kvs_h2f(h[d]);
 		return;
-	case KVS_KV_BF16:
-		for (int d = 0; d < D; d++) out[d] = kvs_bf2f(((const uint16_t *)p->data)[di + d]);
+	}
+	case KVS_KV_BF16: {
+		const uint16_t *h = (const uint16_t *)p->data + di;
+		for (int d = 0; d < D; d++) {
+			uint32_t o = (uint32_t)h[d] << 16;
+			memcpy(out + d, &o, 4);
+		}
 		return;
+	}
 	}
 	const uint8_t *src = (const uint8_t *)p->data + di;
 	if (p->key) {

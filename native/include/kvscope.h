@@ -180,8 +180,10 @@ KVS_API int kvs_add(float *x, const float *y, int64_t len);
 
 /* ------------------------------------------------------------ paged K/V */
 
-/* KVS_MAX_HEAD_DIM is the largest head_dim the K/V functions take. */
+/* KVS_MAX_HEAD_DIM is the largest head_dim the K/V functions take, and
+ * KVS_MAX_GROUP the most query heads kvs_attention lets share a KV head. */
 #define KVS_MAX_HEAD_DIM 1024
+#define KVS_MAX_GROUP 256
 
 /* K/V precisions, numbered as engine/kvstore's Precision. */
 enum kvs_kv_prec {
@@ -243,7 +245,8 @@ KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int32_t bl
  *     is quantized (full); a slot holds [kv_head][token_in_group][head_dim] f16
  *     values (int8: only their high bytes, the low bytes in data; int4: whole,
  *     little-endian). NULL for other key precisions.
- *   scratch: max(n_pos) floats per call, for one head's scores.
+ *   scratch: (heads/kv_heads)*max(n_pos) floats, for the scores of the query
+ *     heads sharing one KV head (each decoded K and V row serves them all).
  * Scores run in position order: per position a kvs_matmul-order float dot
  * product of the query head with the decoded key row, times scale; then the
  * max, exp in double, their sum in double in position order, and

@@ -52,8 +52,12 @@ func planeOf(c kvstore.Config, r kvstore.Raw) (kvPlane, error) {
 	return p, nil
 }
 
-// maxHeadDim is kvscope.h's KVS_MAX_HEAD_DIM.
-const maxHeadDim = 1024
+// maxHeadDim and maxGroup are kvscope.h's KVS_MAX_HEAD_DIM and
+// KVS_MAX_GROUP.
+const (
+	maxHeadDim = 1024
+	maxGroup   = 256
+)
 
 // WriteKV stores one token's K and V rows (KVHeads*HeadDim values each,
 // head-major) at (layer, block, slot) of s with the bytes s.Write would
@@ -101,8 +105,8 @@ type AttnRow struct {
 // The caller must not write the blocks read while it runs.
 func (l *Lib) Attention(s *kvstore.Store, layer, heads int, scale float32, q []float32, rows []AttnRow, out []float32) error {
 	c := s.Config()
-	if uint(layer) >= uint(c.Layers) || heads < 1 || heads%c.KVHeads != 0 {
-		return fmt.Errorf("native: attention: layer %d of %d, %d query heads over %d KV heads", layer, c.Layers, heads, c.KVHeads)
+	if uint(layer) >= uint(c.Layers) || heads < 1 || heads%c.KVHeads != 0 || heads/c.KVHeads > maxGroup {
+		return fmt.Errorf("native: attention: layer %d of %d, %d query heads over %d KV heads (at most %d a KV head)", layer, c.Layers, heads, c.KVHeads, maxGroup)
 	}
 	qd := heads * c.HeadDim
 	if len(q) != len(rows)*qd || len(out) != len(q) {
@@ -149,7 +153,7 @@ func (l *Lib) Attention(s *kvstore.Store, layer, heads int, scale float32, q []f
 	var next atomic.Int64
 	var bad atomic.Int32
 	work := func() {
-		scratch := make([]float32, maxPos)
+		scratch := make([]float32, maxPos*(heads/c.KVHeads))
 		for {
 			i := int(next.Add(1)) - 1
 			if i >= len(rows) {
