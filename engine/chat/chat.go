@@ -159,7 +159,11 @@ func Plain() *Formatter { return &Formatter{mode: ModeCompletion, name: NamePlai
 // and EOS tokens ("" for none), and finds by a trial render whether it keeps
 // the system role.
 func NewTemplate(name, source, bos, eos string) (*Formatter, error) {
-	t, err := compile(source)
+	guarded, err := guard(source)
+	if err != nil {
+		return nil, err
+	}
+	t, err := compile(guarded)
 	if err != nil {
 		return nil, err
 	}
@@ -361,6 +365,7 @@ func (f *Formatter) render(msgs []Message, opt Options, contents []string) (stri
 // renderNow is render without the time limit.
 func (f *Formatter) renderNow(msgs []Message, opt Options, contents []string) (out string, err error) {
 	var raised *RaiseError
+	budget := maxRange // numbers range may still make in this rendering
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = "", fmt.Errorf("chat template failed: %v", r)
@@ -400,8 +405,25 @@ func (f *Formatter) renderNow(msgs []Message, opt Options, contents []string) (o
 			}
 			return jinja.NewString(strftime(now(), args[0].AsString())), nil
 		}),
-		"range": jinja.NewCallable("range", boundedRange),
+		"range": jinja.NewCallable("range", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+			v, err := boundedRange(args, budget)
+			if err == nil {
+				budget -= v.AsList().Len()
+			}
+			return v, err
+		}),
 	}
+	macros := 0 // macro calls in progress
+	vars[guardEnter] = jinja.NewCallable(guardEnter, func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		if macros++; macros > maxMacroDepth {
+			return jinja.Undefined(), fmt.Errorf("macros nested more than %d calls deep (a macro that calls itself without end?)", maxMacroDepth)
+		}
+		return jinja.NewString(""), nil
+	})
+	vars[guardLeave] = jinja.NewCallable(guardLeave, func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		macros--
+		return jinja.NewString(""), nil
+	})
 	if opt.EnableThinking != nil {
 		vars["enable_thinking"] = jinja.NewBool(*opt.EnableThinking)
 	}
@@ -426,12 +448,13 @@ func printValue(v jinja.Value) string {
 	return v.String()
 }
 
-// maxRange bounds the length of a list range makes.
+// maxRange bounds the numbers the range calls of one rendering make, all
+// together.
 const maxRange = 1 << 20
 
 // boundedRange is Python's range (1 to 3 integer arguments), refusing to make
-// more than maxRange numbers.
-func boundedRange(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+// more than budget numbers.
+func boundedRange(args []jinja.Value, budget int) (jinja.Value, error) {
 	n := make([]int64, len(args))
 	for i, a := range args {
 		switch {
@@ -474,8 +497,8 @@ func boundedRange(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, er
 			count++
 		}
 	}
-	if count > maxRange {
-		return jinja.Undefined(), fmt.Errorf("range: %d numbers asked for, at most %d allowed", count, maxRange)
+	if count > uint64(budget) {
+		return jinja.Undefined(), fmt.Errorf("range: %d numbers asked for, %d left of the %d one rendering may make", count, budget, maxRange)
 	}
 	items := make([]jinja.Value, count)
 	for i := range items {

@@ -200,6 +200,8 @@ func TestRenderErrors(t *testing.T) {
 		{"raise_exception in a loop", `{% for m in messages %}{% if m.role == 'assistant' %}{{ raise_exception('no assistant ' ~ loop.index) }}{% endif %}{% endfor %}`, []Message{{"user", "x"}, {"assistant", "y"}}, "chat template raised an exception: no assistant 2"},
 		{"call of an undefined name", `{{ nonexistent() }}`, []Message{{"user", "x"}}, "chat template failed:"},
 		{"huge range", `{% for i in range(1000000000) %}x{% endfor %}`, []Message{{"user", "x"}}, "range: 1000000000 numbers asked for"},
+		{"huge range of a negative step", `{{ range(9223372036854775807, -9223372036854775807, -1) }}`, []Message{{"user", "x"}}, "numbers asked for"},
+		{"nested ranges past the budget", `{% for a in range(1000000) %}{% for b in range(1000000) %}{% endfor %}{% endfor %}`, []Message{{"user", "x"}}, "range: 1000000 numbers asked for, 48576 left"},
 		{"range of a string", `{{ range('a') }}`, []Message{{"user", "x"}}, "range: argument 1 is"},
 		{"strftime_now without a format", `{{ strftime_now() }}`, []Message{{"user", "x"}}, "strftime_now: want one format string"},
 		{"message without a role", chatML, []Message{{"", "x"}}, "message 0 has no role"},
@@ -242,12 +244,12 @@ func TestRenderTimeout(t *testing.T) {
 	old := renderTimeout
 	renderTimeout = 50 * time.Millisecond
 	defer func() { renderTimeout = old }()
-	// 10^18 iterations: never finishes.
-	f, err := NewTemplate(NameFromFile, `{% for a in range(1000000) %}{% for b in range(1000000) %}{% for c in range(1000000) %}{% endfor %}{% endfor %}{% endfor %}`, "", "")
+	// 4000² iterations over a content's characters: seconds, not 50ms.
+	f, err := NewTemplate(NameFromFile, `{% for a in messages[0].content %}{% for b in messages[0].content %}{% endfor %}{% endfor %}`, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.Render([]Message{{"user", "x"}}, Options{})
+	_, err = f.Render([]Message{{"user", strings.Repeat("x", 4000)}}, Options{})
 	if err == nil || !strings.Contains(err.Error(), "did not finish rendering") {
 		t.Fatalf("error %v, want a time-out", err)
 	}

@@ -11,9 +11,17 @@
 // add_generation_prompt, bos_token, eos_token, raise_exception (an error that
 // carries the template's message), strftime_now (formatting the time of
 // Options.Now) and, when Options.EnableThinking is set, enable_thinking (Qwen
-// 3-style templates read it). range is bounded, so a template cannot ask for
-// a list of a billion numbers, and a render that runs past a time limit is
-// given up with an error, so a hostile template cannot hang its caller.
+// 3-style templates read it).
+//
+// A template from a file is untrusted input, and the engine has no limits of
+// its own: it parses and evaluates by recursion, and a Go stack overflow
+// kills the process. So templates deeper than a few dozen blocks or
+// brackets, or larger than a few MiB, are refused; macro bodies are wrapped
+// in calls that count the macros in progress and stop a runaway recursion
+// with an error; range makes at most about a million numbers per rendering;
+// and a rendering that runs past a time limit is given up with an error (its
+// goroutine runs on until the engine returns). Every failure is one error,
+// never a panic.
 //
 // Two rules of llama.cpp follow: a BOS text at the very start and an EOS text
 // at the very end of a rendering are cut off (the tokenizer adds BOS itself),
