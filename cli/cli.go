@@ -27,6 +27,8 @@ var Commands = []Command{
 	{"perplexity", "measure perplexity over a text file", perplexityCmd},
 	{"gen-model", "write a GGUF of a real model's shape with random weights", genModelCmd},
 	{"bench", "measure the cache (bench cache) and prefill and decode speed (bench speed)", benchCmd},
+	{"models", "list the GGUF models on this machine (--catalog: small chat models to download)", modelsCmd},
+	{"pull", "download a GGUF model from the Hugging Face hub, resuming an interrupted one", pullCmd},
 }
 
 // Main runs the subcommand named by args[0] and returns the process exit
