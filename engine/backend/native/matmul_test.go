@@ -108,9 +108,13 @@ func TestMatMulParity(t *testing.T) {
 				} else if i := sameBits(out, ref); i >= 0 {
 					t.Errorf("%s: output %d is %g, the scalar path gave %g", name, i, out[i], ref[i])
 				}
-				worst, exact := checkMatMul(t, name, c.typ, wf, c.rows, c.cols, x, n, out)
-				if n == c.n[len(c.n)-1] && c.rows == 37 && l.Path() == PathScalar {
-					t.Logf("%s: worst error %.2g of the outputs' RMS", name, worst/rms(exact))
+				// The other paths must give the scalar path's bits, so the
+				// bound need only be checked on that one.
+				if l.Path() == PathScalar {
+					worst, exact := checkMatMul(t, name, c.typ, wf, c.rows, c.cols, x, n, out)
+					if n == c.n[len(c.n)-1] && c.rows == 37 {
+						t.Logf("%s: worst error %.2g of the outputs' RMS", name, worst/rms(exact))
+					}
 				}
 			}
 		}
