@@ -436,7 +436,7 @@ func (c *Client) Download(ctx context.Context, ref Ref, progress func(Progress))
 	}
 	rep.phase(PhaseConnecting, 0)
 	u := ref.URL(endpoint)
-	rem, err := c.head(ctx, ref, u)
+	rem, err := c.headRetrying(ctx, ref, u, rep)
 	if err != nil {
 		return nil, err
 	}
@@ -508,6 +508,9 @@ func (c *Client) Download(ctx context.Context, ref Ref, progress func(Progress))
 		return nil, fmt.Errorf("cannot move the finished download into place as %s: %w", dest, err)
 	}
 	os.Remove(metaPath)
+	// The lock file can go: a process that took it meanwhile finds the
+	// file in place once it holds it.
+	os.Remove(dest + lockSuffix)
 	syncDir(filepath.Dir(dest))
 	rep.phase(PhaseDone, rem.size)
 	res := &Result{Path: dest, Size: rem.size, Commit: rem.commit, Resumed: offset}
@@ -515,6 +518,35 @@ func (c *Client) Download(ctx context.Context, ref Ref, progress func(Progress))
 		res.SHA256 = sum
 	}
 	return res, nil
+}
+
+// headRetrying is head, tried again up to Retries times after a network
+// failure or a server error (not after the hub's refusal of the request).
+func (c *Client) headRetrying(ctx context.Context, ref Ref, u string, rep *reporter) (*remote, error) {
+	wait := c.retryDelay()
+	for attempt := 1; ; attempt++ {
+		rem, err := c.head(ctx, ref, u)
+		if err == nil || ctx.Err() != nil || attempt > c.Retries {
+			return rem, err
+		}
+		if he, ok := errors.AsType[*HubError](err); ok && he.Status < 500 && he.Status != http.StatusTooManyRequests {
+			return nil, err
+		}
+		rep.note(fmt.Sprintf("asking the hub failed (%v); trying again in %v", err, wait))
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+func (c *Client) retryDelay() time.Duration {
+	if c.RetryDelay <= 0 {
+		return time.Second
+	}
+	return c.RetryDelay
 }
 
 // resumable returns how many bytes of the part file can be kept: all of
@@ -619,10 +651,7 @@ func (d *download) hashExisting(ctx context.Context, n int64) error {
 // fetchAll receives the rest of the file, connecting again after a
 // failure up to Retries times.
 func (d *download) fetchAll(ctx context.Context) error {
-	wait := d.c.RetryDelay
-	if wait <= 0 {
-		wait = time.Second
-	}
+	wait := d.c.retryDelay()
 	for attempt := 1; ; attempt++ {
 		d.rep.p.Attempt = attempt
 		if d.done == d.rem.size { // all there (from before, if this is the first)

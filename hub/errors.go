@@ -20,6 +20,7 @@ type SpaceError struct {
 	Free uint64 // bytes free there
 }
 
+// Error says how much room is missing where.
 func (e *SpaceError) Error() string {
 	return fmt.Sprintf("not enough disk space in %s: the download needs %s more and %s is free; free some space (or choose another folder) and run again",
 		e.Dir, humanize.IBytes(e.Need), humanize.IBytes(e.Free))
@@ -32,6 +33,7 @@ type HashError struct {
 	Got, Want string // hex sha256
 }
 
+// Error gives both hashes and says the part was deleted.
 func (e *HashError) Error() string {
 	return fmt.Sprintf("%s: the downloaded file's sha256 is %s but the hub says %s, so it was corrupted on the way; the partial file was deleted: run again to download it afresh",
 		e.Ref, e.Got, e.Want)
@@ -46,6 +48,7 @@ type HubError struct {
 	Host    string // the host that answered
 }
 
+// Error says in one line what the hub refused and what to do about it.
 func (e *HubError) Error() string {
 	var s string
 	switch {

@@ -285,7 +285,7 @@ func TestDownload(t *testing.T) {
 			if res.Commit != "0123abcd" || res.Size != size || res.Existed {
 				t.Errorf("result %+v", res)
 			}
-			for _, p := range []string{res.Path + partSuffix, res.Path + metaSuffix} {
+			for _, p := range []string{res.Path + partSuffix, res.Path + metaSuffix, res.Path + lockSuffix} {
 				if _, err := os.Stat(p); err == nil {
 					t.Errorf("%s left behind", p)
 				}
@@ -583,7 +583,7 @@ func TestHubErrors(t *testing.T) {
 		{"no such repository", 401, "RepoNotFound", nil, "no repository org/model-GGUF"},
 		{"no such revision", 404, "RevisionNotFound", nil, "has no revision"},
 		{"refused", 403, "", nil, "check HF_TOKEN"},
-		{"server error", 503, "", nil, "answered HTTP 503"},
+		{"server error, after the retries", 503, "", nil, "answered HTTP 503"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -603,6 +603,13 @@ func TestHubErrors(t *testing.T) {
 			}
 			if gets := h.hits("cdn", ""); len(gets) != 0 {
 				t.Errorf("the CDN was asked %v", gets)
+			}
+			wantHeads := 1
+			if tc.code >= 500 {
+				wantHeads = 1 + c.Retries
+			}
+			if heads := h.hits("hub", http.MethodHead); len(heads) != wantHeads {
+				t.Errorf("%d HEAD requests, want %d", len(heads), wantHeads)
 			}
 		})
 	}
