@@ -3,6 +3,7 @@ package chat
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -401,6 +402,9 @@ func TestFallbacks(t *testing.T) {
 				if !hasPlainSegment(p, m.Content) {
 					t.Errorf("%q not in a message-text segment: %+v", m.Content, p.Segments)
 				}
+			}
+			if got, want := Tokenize(p, tok, false), tok.Encode(p.Text(), false, true); !slices.Equal(got, want) {
+				t.Errorf("Tokenize gives %v, the whole text %v", got, want)
 			}
 		})
 	}

@@ -48,6 +48,11 @@
 // compares or measures content), the prompt is one Special segment, as
 // llama.cpp tokenizes it, and Prompt.Tracked is false.
 //
+// Tokenize encodes a prompt so: control tokens are found in template text
+// only, and the text between them is encoded as one piece across segment
+// boundaries, so that where no message holds control-token text the ids
+// are exactly llama.cpp's for the rendered text.
+//
 // # Without a template
 //
 // A file with no tokenizer.chat_template gets a built-in template chosen by
