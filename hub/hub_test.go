@@ -34,6 +34,7 @@ type fakeHub struct {
 	etag     string // X-Linked-Etag, quoted when sent
 	commit   string
 	direct   bool   // the hub serves the file itself (no LFS headers, git ETag)
+	bare     bool   // the redirect lacks the X-Linked-* headers (as some mirrors)
 	noRanges bool   // the CDN ignores Range
 	cuts     []int  // the i-th CDN GET stops after cuts[i] bytes of its body (-1: no cut)
 	stalls   []int  // the i-th CDN GET stalls after stalls[i] bytes (-1: no stall)
@@ -129,8 +130,10 @@ func (h *fakeHub) serveHub(w http.ResponseWriter, r *http.Request) {
 		h.serveBytes(w, r, content)
 		return
 	}
-	w.Header().Set("X-Linked-Etag", `"`+etag+`"`)
-	w.Header().Set("X-Linked-Size", strconv.Itoa(len(content)))
+	if !h.bare {
+		w.Header().Set("X-Linked-Etag", `"`+etag+`"`)
+		w.Header().Set("X-Linked-Size", strconv.Itoa(len(content)))
+	}
 	w.Header().Set("Location", h.cdn.URL+"/blobs/"+etag)
 	w.WriteHeader(http.StatusFound)
 }
@@ -140,6 +143,7 @@ func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	content := h.content
 	h.mu.Unlock()
+	w.Header().Set("ETag", `"`+sha(content)+`"`)
 	h.serveBytes(w, r, content)
 }
 
@@ -246,6 +250,11 @@ func TestDownload(t *testing.T) {
 			wantRanges: []string{"", "bytes=100000-"}, wantNote: "does not resume", wantSHA: true,
 		},
 		{
+			name:       "redirect without the LFS headers: size and hash from the CDN",
+			setup:      func(h *fakeHub, c *Client) { h.bare = true; h.cuts = []int{100_000} },
+			wantRanges: []string{"", "bytes=100000-"}, wantSHA: true,
+		},
+		{
 			name:       "file kept in git, served by the hub itself",
 			setup:      func(h *fakeHub, c *Client) { h.direct = true },
 			wantRanges: []string{""}, wantSHA: false,
@@ -300,6 +309,11 @@ func TestDownload(t *testing.T) {
 			}
 			if fmt.Sprint(ranges) != fmt.Sprint(tc.wantRanges) {
 				t.Errorf("GET ranges %q, want %q", ranges, tc.wantRanges)
+			}
+			for _, x := range h.hits("cdn", "") {
+				if x.auth != "" {
+					t.Errorf("the token went to the CDN with a %s request", x.method)
+				}
 			}
 			if tc.wantNote != "" && !strings.Contains(strings.Join(notes, "\n"), tc.wantNote) {
 				t.Errorf("notes %q, want one with %q", notes, tc.wantNote)
