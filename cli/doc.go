@@ -1,6 +1,6 @@
 // Package cli implements kvscope's headless subcommands (run, info,
-// tokenize, perplexity, bench): flag parsing, output formats and error
-// messages, on top of the engine packages.
+// tokenize, perplexity, gen-model, bench): flag parsing, output formats and
+// error messages, on top of the engine packages.
 //
 // Every flag is checked when it is parsed, before any work: a value outside
 // its range (each count has an upper bound far below what would overflow
