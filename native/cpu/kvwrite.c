@@ -49,11 +49,8 @@ static uint8_t fp8_encode(float x) {
 	return sign | (uint8_t)code;
 }
 
-int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int32_t block, int32_t slot, const float *x) {
-	if (!kvs_plane_ok(p) || !x || layer < 0 || layer >= p->layers || block < 0 || block >= p->blocks || slot < 0 ||
-	    slot >= p->block_size)
-		return KVS_ERR_ARG;
-	if (p->key) return KVS_ERR_TYPE;
+/* write_row stores one row x at (layer, block, slot). */
+static void write_row(const struct kvs_kv_plane *p, int32_t layer, int32_t block, int32_t slot, const float *x) {
 	int D = p->head_dim, B = p->block_size, H = p->kv_heads, row = H * D;
 	int64_t lb = (int64_t)layer * p->blocks + block;
 	if (p->prec <= KVS_KV_BF16) {
@@ -65,7 +62,7 @@ int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int32_t block, int
 				if (p->prec == KVS_KV_F32) ((float *)p->data)[i] = v;
 				else ((uint16_t *)p->data)[i] = p->prec == KVS_KV_F16 ? kvs_f2h(v) : kvs_f2bf(v);
 			}
-		return KVS_OK;
+		return;
 	}
 	uint8_t *data = (uint8_t *)p->data;
 	uint16_t *scale = (uint16_t *)p->scale, *zero = (uint16_t *)p->zero;
@@ -114,5 +111,16 @@ int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int32_t block, int
 			if (++d == D) d = 0, off += stride;
 		}
 	}
+}
+
+int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, const float *rows) {
+	if (!kvs_plane_ok(p) || layer < 0 || layer >= p->layers || n < 0 || (n > 0 && (!slots || !rows)))
+		return KVS_ERR_ARG;
+	if (p->key) return KVS_ERR_TYPE;
+	int64_t total = (int64_t)p->blocks * p->block_size, row = (int64_t)p->kv_heads * p->head_dim;
+	for (int64_t i = 0; i < n; i++)
+		if (slots[i] < 0 || slots[i] >= total) return KVS_ERR_ARG;
+	for (int64_t i = 0; i < n; i++)
+		write_row(p, layer, slots[i] / p->block_size, slots[i] % p->block_size, rows + i * row);
 	return KVS_OK;
 }

@@ -225,12 +225,15 @@ struct kvs_kv_plane {
 	const uint16_t *zero;
 };
 
-/* kvs_kv_write stores one token's row of kv_heads*head_dim values (head-major)
- * at (layer, block, slot) of plane p, rounding as engine/kvstore's Write does
+/* kvs_kv_write stores n tokens' rows, rows[i] holding kv_heads*head_dim
+ * values (head-major), in layer of plane p at slots[i] (block*block_size +
+ * slot in block), in row order, rounding as engine/kvstore's Write does
  * (bit-identical bytes). data, scale and zero must be writable. Int8/int4
  * keys, whose groups are quantized across tokens by the Go store, return
- * KVS_ERR_TYPE. */
-KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int32_t block, int32_t slot, const float *row);
+ * KVS_ERR_TYPE; a slot out of range returns KVS_ERR_ARG before anything is
+ * written. */
+KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots,
+                         const float *rows);
 
 /*
  * kvs_attention computes, for n rows (query tokens, possibly of different

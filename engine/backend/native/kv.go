@@ -59,20 +59,28 @@ const (
 	maxGroup   = 256
 )
 
-// WriteKV stores one token's K and V rows (KVHeads*HeadDim values each,
-// head-major) at (layer, block, slot) of s with the bytes s.Write would
-// store. Int8 and Int4 keys, which the store quantizes across tokens, give
-// an error wrapping ErrUnsupported before anything is written: use s.Write.
-func (l *Lib) WriteKV(s *kvstore.Store, layer, block, slot int, k, v []float32) error {
+// WriteKV stores row i of k and of v (KVHeads*HeadDim values each,
+// head-major) in layer of s at slot slots[i] (block*BlockSize + slot within
+// the block), in row order, with the bytes s.Write would store. Int8 and
+// Int4 keys, which the store quantizes across tokens, give an error wrapping
+// ErrUnsupported before anything is written: use s.Write.
+func (l *Lib) WriteKV(s *kvstore.Store, layer int, k, v []float32, slots []int32) error {
 	c := s.Config()
 	row := c.KVHeads * c.HeadDim
-	if uint(layer) >= uint(c.Layers) || uint(block) >= uint(c.Blocks) || uint(slot) >= uint(c.BlockSize) || len(k) != row || len(v) != row {
-		return fmt.Errorf("native: write K/V (layer %d, block %d, slot %d, %d keys, %d values) is outside %d layers, %d blocks of %d slots, rows of %d",
-			layer, block, slot, len(k), len(v), c.Layers, c.Blocks, c.BlockSize, row)
+	if uint(layer) >= uint(c.Layers) || len(k) != len(slots)*row || len(v) != len(k) {
+		return fmt.Errorf("native: write K/V: layer %d of %d, %d keys and %d values for %d slots of rows of %d", layer, c.Layers, len(k), len(v), len(slots), row)
+	}
+	for i, sl := range slots {
+		if uint(sl) >= uint(c.Blocks*c.BlockSize) {
+			return fmt.Errorf("native: write K/V: row %d's slot %d is outside the %d blocks of %d", i, sl, c.Blocks, c.BlockSize)
+		}
 	}
 	rk, rv := s.RawK(), s.RawV()
 	if rk.Key {
 		return fmt.Errorf("native: write K/V: %s keys: %w", rk.Prec, ErrUnsupported)
+	}
+	if len(slots) == 0 {
+		return nil
 	}
 	pk, err := planeOf(c, rk)
 	if err != nil {
@@ -82,10 +90,11 @@ func (l *Lib) WriteKV(s *kvstore.Store, layer, block, slot int, k, v []float32) 
 	if err != nil {
 		return err
 	}
-	if err := status("write keys", l.kvWrite(unsafe.Pointer(&pk), int32(layer), int32(block), int32(slot), ptr(k))); err != nil {
+	n := int64(len(slots))
+	if err := status("write keys", l.kvWrite(unsafe.Pointer(&pk), int32(layer), n, ptr(slots), ptr(k))); err != nil {
 		return err
 	}
-	err = status("write values", l.kvWrite(unsafe.Pointer(&pv), int32(layer), int32(block), int32(slot), ptr(v)))
+	err = status("write values", l.kvWrite(unsafe.Pointer(&pv), int32(layer), n, ptr(slots), ptr(v)))
 	runtime.KeepAlive(rk)
 	runtime.KeepAlive(rv)
 	return err
@@ -105,12 +114,70 @@ type AttnRow struct {
 // The caller must not write the blocks read while it runs.
 func (l *Lib) Attention(s *kvstore.Store, layer, heads int, scale float32, q []float32, rows []AttnRow, out []float32) error {
 	c := s.Config()
+	m := attnMeta{nPos: make([]int32, len(rows)), off: make([]int64, len(rows))}
+	for i, r := range rows {
+		nb := (r.NPos + c.BlockSize - 1) / c.BlockSize
+		if r.NPos < 1 || nb > len(r.Blocks) {
+			return fmt.Errorf("native: attention: row %d attends %d positions, its block table holds %d blocks of %d", i, r.NPos, len(r.Blocks), c.BlockSize)
+		}
+		m.nPos[i], m.off[i] = int32(r.NPos), int64(len(m.tables))
+		for _, b := range r.Blocks[:nb] {
+			m.tables = append(m.tables, int32(b))
+		}
+	}
+	return l.attend(s, layer, heads, scale, q, &m, out)
+}
+
+// AttentionRows is Attention for rows described as engine/backend's Rows
+// does, in flat arrays: row i is at position pos[i] (attending 0..pos[i]);
+// sequence k has rows seqs[k]..seqs[k+1]-1 and block table
+// tables[tableStart[k]:tableStart[k+1]].
+func (l *Lib) AttentionRows(s *kvstore.Store, layer, heads int, scale float32, q []float32, pos, seqs, tableStart, tables []int32, out []float32) error {
+	c := s.Config()
+	if len(seqs) < 1 || len(tableStart) != len(seqs) || seqs[0] != 0 || int(seqs[len(seqs)-1]) != len(pos) {
+		return fmt.Errorf("native: attention: %d sequence bounds and %d table starts do not describe %d rows", len(seqs), len(tableStart), len(pos))
+	}
+	m := attnMeta{nPos: make([]int32, len(pos)), off: make([]int64, len(pos)), tables: tables}
+	for k := range len(seqs) - 1 {
+		t0, t1 := tableStart[k], tableStart[k+1]
+		if seqs[k+1] < seqs[k] || t0 < 0 || t1 < t0 || int(t1) > len(tables) {
+			return fmt.Errorf("native: attention: sequence %d has rows %d..%d and table %d..%d of %d", k, seqs[k], seqs[k+1], t0, t1, len(tables))
+		}
+		for i := seqs[k]; i < seqs[k+1]; i++ {
+			if pos[i] < 0 || int(pos[i])/c.BlockSize >= int(t1-t0) {
+				return fmt.Errorf("native: attention: row %d attends %d positions, its block table holds %d blocks of %d", i, pos[i]+1, t1-t0, c.BlockSize)
+			}
+			m.nPos[i], m.off[i] = pos[i]+1, int64(t0)
+		}
+	}
+	return l.attend(s, layer, heads, scale, q, &m, out)
+}
+
+// attnMeta is an attention call's rows: positions to attend, offsets of
+// their block tables in tables.
+type attnMeta struct {
+	nPos   []int32
+	off    []int64
+	tables []int32
+}
+
+// attend checks the call and runs it, rows split among goroutines.
+func (l *Lib) attend(s *kvstore.Store, layer, heads int, scale float32, q []float32, m *attnMeta, out []float32) error {
+	c := s.Config()
+	n := len(m.nPos)
 	if uint(layer) >= uint(c.Layers) || heads < 1 || heads%c.KVHeads != 0 || heads/c.KVHeads > maxGroup {
 		return fmt.Errorf("native: attention: layer %d of %d, %d query heads over %d KV heads (at most %d a KV head)", layer, c.Layers, heads, c.KVHeads, maxGroup)
 	}
 	qd := heads * c.HeadDim
-	if len(q) != len(rows)*qd || len(out) != len(q) {
-		return fmt.Errorf("native: attention: %d rows of %d heads × %d need %d queries and outputs, got %d and %d", len(rows), heads, c.HeadDim, len(rows)*qd, len(q), len(out))
+	if len(q) != n*qd || len(out) != len(q) {
+		return fmt.Errorf("native: attention: %d rows of %d heads × %d need %d queries and outputs, got %d and %d", n, heads, c.HeadDim, n*qd, len(q), len(out))
+	}
+	for i, p := range m.nPos {
+		for j := range (int(p) + c.BlockSize - 1) / c.BlockSize {
+			if b := m.tables[m.off[i]+int64(j)]; uint(b) >= uint(c.Blocks) {
+				return fmt.Errorf("native: attention: row %d's block table names block %d of %d", i, b, c.Blocks)
+			}
+		}
 	}
 	rk, rv := s.RawK(), s.RawV()
 	pk, err := planeOf(c, rk)
@@ -121,45 +188,39 @@ func (l *Lib) Attention(s *kvstore.Store, layer, heads int, scale float32, q []f
 	if err != nil {
 		return err
 	}
-	nPos := make([]int32, len(rows))
-	off := make([]int64, len(rows))
-	var tables []int32
 	var resid []uintptr
-	maxPos := 1
-	for i, r := range rows {
-		nb := (r.NPos + c.BlockSize - 1) / c.BlockSize
-		if r.NPos < 1 || nb > len(r.Blocks) {
-			return fmt.Errorf("native: attention: row %d attends %d positions, its block table holds %d blocks of %d", i, r.NPos, len(r.Blocks), c.BlockSize)
-		}
-		nPos[i], off[i] = int32(r.NPos), int64(len(tables))
-		maxPos = max(maxPos, r.NPos)
-		for _, b := range r.Blocks[:nb] {
+	if rk.Key {
+		// The residual slots stay referenced by the store while the call
+		// runs (nothing writes these blocks meanwhile).
+		resid = make([]uintptr, len(m.tables)*rk.Groups)
+		for j, b := range m.tables {
 			if uint(b) >= uint(c.Blocks) {
-				return fmt.Errorf("native: attention: row %d names block %d of %d", i, b, c.Blocks)
+				continue // an entry no row reaches (checked above)
 			}
-			tables = append(tables, int32(b))
-			for g := range rk.Groups * btoi(rk.Key) {
-				// The residual slot stays referenced by the store while the
-				// call runs (nothing writes these blocks meanwhile).
-				resid = append(resid, uintptr(ptr(rk.Resid(layer, b, g))))
+			for g := range rk.Groups {
+				resid[j*rk.Groups+g] = uintptr(ptr(rk.Resid(layer, int(b), g)))
 			}
 		}
 	}
-	call := func(r0, r1 int, scratch []float32) int32 {
-		return l.attention(unsafe.Pointer(&pk), unsafe.Pointer(&pv), int32(layer), int64(r1-r0), int32(heads), scale,
-			ptr(q[r0*qd:]), ptr(nPos[r0:]), ptr(tables), ptr(off[r0:]), ptr(resid), ptr(scratch), ptr(out[r0*qd:]))
+	maxPos := int32(1)
+	for _, p := range m.nPos {
+		maxPos = max(maxPos, p)
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(rows))
+	call := func(i int, scratch []float32) int32 {
+		return l.attention(unsafe.Pointer(&pk), unsafe.Pointer(&pv), int32(layer), 1, int32(heads), scale,
+			ptr(q[i*qd:]), ptr(m.nPos[i:]), ptr(m.tables), ptr(m.off[i:]), ptr(resid), ptr(scratch), ptr(out[i*qd:]))
+	}
+	workers := min(runtime.GOMAXPROCS(0), n)
 	var next atomic.Int64
 	var bad atomic.Int32
 	work := func() {
-		scratch := make([]float32, maxPos*(heads/c.KVHeads))
+		scratch := make([]float32, int(maxPos)*(heads/c.KVHeads))
 		for {
 			i := int(next.Add(1)) - 1
-			if i >= len(rows) {
+			if i >= n {
 				return
 			}
-			if rc := call(i, i+1, scratch); rc != 0 {
+			if rc := call(i, scratch); rc != 0 {
 				bad.Store(rc)
 			}
 		}

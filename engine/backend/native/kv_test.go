@@ -213,8 +213,69 @@ func TestAttentionBlockSizeInvariance(t *testing.T) {
 	}
 }
 
+// TestAttentionRows checks that the flat-array form (engine/backend's Rows:
+// sequences of consecutive rows sharing a table) gives Attention's bits,
+// and refuses inconsistent arrays.
+func TestAttentionRows(t *testing.T) {
+	l := loadLib(t)
+	c := attnCase{k: kvstore.Int4, v: kvstore.Q8_0, blockSize: 16, kvHeads: 2, heads: 6, dim: 24}
+	r := rand.New(rand.NewPCG(31, 32))
+	s, tables := seqStore(t, r, c, []int{40, 7})
+	// Sequence 0: a chunk of prompt rows at positions 30..39; sequence 1:
+	// one decode row at position 6. Sequence 0's table has a spare entry.
+	pos := []int32{30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 6}
+	seqs := []int32{0, 10, 11}
+	flat := []int32{}
+	for _, b := range tables[0] {
+		flat = append(flat, int32(b))
+	}
+	flat = append(flat, 1<<30)
+	start := []int32{0, int32(len(flat))}
+	for _, b := range tables[1] {
+		flat = append(flat, int32(b))
+	}
+	start = append(start, int32(len(flat)))
+	qd := c.heads * c.dim
+	q := randVec(r, len(pos)*qd)
+	got := make([]float32, len(q))
+	if err := l.AttentionRows(s, 1, c.heads, 0.2, q, pos, seqs, start, flat, got); err != nil {
+		t.Fatal(err)
+	}
+	rows := make([]AttnRow, len(pos))
+	for i, p := range pos {
+		rows[i] = AttnRow{int(p) + 1, tables[0]}
+		if i == 10 {
+			rows[i].Blocks = tables[1]
+		}
+	}
+	want := make([]float32, len(q))
+	if err := l.Attention(s, 1, c.heads, 0.2, q, rows, want); err != nil {
+		t.Fatal(err)
+	}
+	if i := sameBits(got, want); i >= 0 {
+		t.Fatalf("output %d is %g, Attention gives %g", i, got[i], want[i])
+	}
+	bad := []struct {
+		name        string
+		pos, seqs   []int32
+		start, flat []int32
+		want        string
+	}{
+		{"rows past the table", []int32{80}, []int32{0, 1}, []int32{0, 2}, flat[:2], "attends 81 positions"},
+		{"seqs short of the rows", pos, []int32{0, 10}, []int32{0, 3}, flat, "do not describe"},
+		{"table past the array", []int32{3}, []int32{0, 1}, []int32{0, 99}, flat, "table 0..99"},
+	}
+	for _, b := range bad {
+		err := l.AttentionRows(s, 1, c.heads, 0.2, q[:len(b.pos)*qd], b.pos, b.seqs, b.start, b.flat, got[:len(b.pos)*qd])
+		if err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%s: got %v, want an error containing %q", b.name, err, b.want)
+		}
+	}
+}
+
 // TestWriteKV checks that WriteKV stores the bytes Store.Write stores, for
-// every precision it implements, and refuses Int8/Int4 keys.
+// every precision it implements, row by row in order (a slot written twice
+// keeps the later row), and refuses Int8/Int4 keys and bad slots.
 func TestWriteKV(t *testing.T) {
 	l := loadLib(t)
 	for _, kp := range kvstore.Precisions() {
@@ -228,27 +289,51 @@ func TestWriteKV(t *testing.T) {
 				b, _ := kvstore.New(cfg)
 				r := rand.New(rand.NewPCG(15, 16))
 				row := cfg.KVHeads * cfg.HeadDim
-				for slot := range cfg.BlockSize {
-					k, v := randVec(r, row), randVec(r, row)
-					if slot == 1 {
-						clear(k) // an all-zero row: scale 0
-					}
-					err := l.WriteKV(a, 1, 2, slot, k, v)
-					if kp == kvstore.Int8 || kp == kvstore.Int4 {
-						if !errors.Is(err, ErrUnsupported) {
-							t.Fatalf("K %v: got %v, want ErrUnsupported", kp, err)
-						}
-						break
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
-					b.Write(1, 2, slot, k, v)
+				// Every slot of block 2, then slot 1 of block 0 twice.
+				var slots []int32
+				for sl := range cfg.BlockSize {
+					slots = append(slots, int32(2*cfg.BlockSize+sl))
 				}
-				if got, want := a.Save(2, nil), b.Save(2, nil); !bytes.Equal(got, want) && kp != kvstore.Int8 && kp != kvstore.Int4 {
-					t.Errorf("K %v V %v shape %v: the block's bytes differ from Store.Write's", kp, vp, shape)
+				slots = append(slots, 1, 1)
+				k, v := randVec(r, len(slots)*row), randVec(r, len(slots)*row)
+				clear(k[row : 2*row]) // an all-zero row: scale 0
+				err = l.WriteKV(a, 1, k, v, slots)
+				if kp == kvstore.Int8 || kp == kvstore.Int4 {
+					if !errors.Is(err, ErrUnsupported) {
+						t.Fatalf("K %v: got %v, want ErrUnsupported", kp, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, sl := range slots {
+					b.Write(1, int(sl)/cfg.BlockSize, int(sl)%cfg.BlockSize, k[i*row:(i+1)*row], v[i*row:(i+1)*row])
+				}
+				for _, blk := range []int{0, 2} {
+					if !bytes.Equal(a.Save(blk, nil), b.Save(blk, nil)) {
+						t.Errorf("K %v V %v shape %v: block %d's bytes differ from Store.Write's", kp, vp, shape, blk)
+					}
 				}
 			}
+		}
+	}
+	s, _ := kvstore.New(kvstore.Config{Layers: 1, KVHeads: 1, HeadDim: 4, BlockSize: 2, Blocks: 2, K: kvstore.F16, V: kvstore.F16})
+	for _, c := range []struct {
+		name  string
+		layer int
+		slots []int32
+		n     int
+		want  string
+	}{
+		{"slot past the store", 0, []int32{4}, 4, "slot 4 is outside"},
+		{"negative slot", 0, []int32{-1}, 4, "slot -1 is outside"},
+		{"layer", 1, []int32{0}, 4, "layer 1 of 1"},
+		{"short rows", 0, []int32{0, 1}, 4, "for 2 slots"},
+	} {
+		x := make([]float32, c.n)
+		if err := l.WriteKV(s, c.layer, x, x, c.slots); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
 		}
 	}
 }
@@ -269,6 +354,7 @@ func TestAttentionErrors(t *testing.T) {
 		want  string
 	}{
 		{"block out of range", 0, 4, []AttnRow{{6, []int{tables[0][0], 99}}}, q, "names block 99"},
+		{"negative block", 0, 4, []AttnRow{{6, []int{-1, tables[0][1]}}}, q, "names block -1"},
 		{"table too short", 0, 4, []AttnRow{{9, tables[0]}}, q, "attends 9 positions"},
 		{"no positions", 0, 4, []AttnRow{{0, tables[0]}}, q, "attends 0 positions"},
 		{"layer", 2, 4, []AttnRow{{6, tables[0]}}, q, "layer 2"},

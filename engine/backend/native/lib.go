@@ -60,7 +60,7 @@ type Lib struct {
 	rope          func(unsafe.Pointer, int64, int64, int64, int64, unsafe.Pointer, float32, float32, unsafe.Pointer, int32) int32
 	swiglu        func(unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int64) int32
 	add           func(unsafe.Pointer, unsafe.Pointer, int64) int32
-	kvWrite       func(unsafe.Pointer, int32, int32, int32, unsafe.Pointer) int32
+	kvWrite       func(unsafe.Pointer, int32, int64, unsafe.Pointer, unsafe.Pointer) int32
 	attention     func(unsafe.Pointer, unsafe.Pointer, int32, int64, int32, float32, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer) int32
 }
 
