@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ebitengine/purego"
+
 	"kvscope/engine/quant"
 )
 
@@ -67,7 +69,9 @@ func (l *Lib) MatMul(typ quant.Type, w []byte, rows, cols int, x []float32, n in
 		}
 	}
 	call := func(r0, r1 int) int32 {
-		return l.matmul(uint32(typ), ptr(w), int64(rows), int64(cols), int64(r0), int64(r1), ptr(x), ptr(qx), int64(n), ptr(out))
+		rc, _, _ := purego.SyscallN(l.matmulSym, uintptr(typ), uintptr(ptr(w)), uintptr(rows), uintptr(cols), uintptr(r0), uintptr(r1),
+			uintptr(ptr(x)), uintptr(ptr(qx)), uintptr(n), uintptr(ptr(out)))
+		return int32(rc)
 	}
 	workers := min(runtime.GOMAXPROCS(0), rows)
 	if workers < 2 || rows*cols*n < serialWork {
