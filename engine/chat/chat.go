@@ -159,7 +159,7 @@ func Plain() *Formatter { return &Formatter{mode: ModeCompletion, name: NamePlai
 // and EOS tokens ("" for none), and finds by a trial render whether it keeps
 // the system role.
 func NewTemplate(name, source, bos, eos string) (*Formatter, error) {
-	guarded, err := guard(source)
+	guarded, err := rewrite(source)
 	if err != nil {
 		return nil, err
 	}

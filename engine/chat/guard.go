@@ -2,13 +2,33 @@ package chat
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
+	"unicode"
 )
 
-// Limits on a template's shape. The Jinja engine parses and evaluates by
-// recursion, and a Go stack overflow is fatal, not a panic that recover
-// catches: so a template that would nest deeper is refused before it is
-// compiled, and macros are made to count their calls.
+// Before a template is compiled it is rewritten (see rewrite): its
+// whitespace control is done here, as Jinja2 does it, and it is checked and
+// guarded against the engine's recursion.
+//
+// Whitespace: ardanlabs/jinja v1.8.0 applies a tag's trim marks and
+// trim_blocks / lstrip_blocks to the nearest text past any tags between,
+// where Jinja2 touches only the text right beside the tag: so
+// "{% for i in x %}{{ i }}\n{% endfor %}" loses its newlines, and
+// "{{ 'q' }}   {% if %}" its spaces. It also keeps a template's final
+// newline, which Jinja2 drops. So the rewrite applies Jinja2's rules itself
+// (with Hugging Face's trim_blocks and lstrip_blocks, the "+" marks that
+// turn them off, raw blocks, and Jinja2's newline normalization; a test
+// holds Jinja2's renderings of the cases) and writes every piece
+// of text as a string literal in a {{ }} tag, and every tag without its
+// marks: the engine then has no text to trim.
+//
+// Recursion: the engine parses and evaluates by recursion, and a Go stack
+// overflow kills the process (recover cannot catch it). So a template with
+// blocks or brackets nested deeper than maxNesting, a tag larger than
+// maxTagSize or a source larger than maxSourceSize is refused, and each
+// macro body starts and ends with a call that counts the macros in
+// progress, which stops a runaway recursion with an error.
 const (
 	maxSourceSize = 4 << 20 // bytes of template source
 	maxTagSize    = 64 << 10
@@ -16,8 +36,7 @@ const (
 	maxMacroDepth = 256 // macro calls in progress at once
 )
 
-// Names of the guard's callables and variable; a template is not expected
-// to use them.
+// Names of the guard's callables; a template is not expected to use them.
 const (
 	guardEnter = "__kvscope_macro_enter"
 	guardLeave = "__kvscope_macro_leave"
@@ -26,67 +45,99 @@ const (
 // blockOpeners are the statements that open a block an end tag closes.
 var blockOpeners = map[string]bool{"if": true, "for": true, "macro": true, "call": true, "filter": true, "generation": true}
 
-// tag is one {{ }}, {% %} or {# #} of a template's source.
-type tag struct {
-	start, end          int // source[start:end] is the whole tag
-	kind                byte
-	trimLeft, trimRight bool
-	content             string // between the delimiters and trim marks
+// endRaw finds the tag that ends a raw block.
+var endRaw = regexp.MustCompile(`\{%([-+]?)\s*endraw\s*([-+]?)%\}`)
+
+// piece is a run of text or a tag of a template's source.
+type piece struct {
+	start, end int    // source[start:end] is the whole piece
+	kind       byte   // 0 for text, '{', '%' or '#' for a tag
+	text       string // a text's text, a tag's content between marks
+	// The marks: "-" (trim all white space on that side), "+" (no
+	// lstrip_blocks / trim_blocks on that side) or "".
+	left, right string
 }
 
-// scanTags finds the tags of src as the engine's scanner does: quotes
-// inside {{ }} and {% %} hide closers, comments end at the first #}.
-func scanTags(src string) ([]tag, error) {
-	var tags []tag
+// block reports whether p is a tag that trim_blocks and lstrip_blocks
+// apply to: a statement or a comment.
+func (p *piece) block() bool { return p.kind == '%' || p.kind == '#' }
+
+// scan cuts src into text and tags as Jinja2's lexer does: quotes inside
+// {{ }} and {% %} hide closers, comments end at the first #}, and a raw
+// block's body is text up to its endraw tag.
+func scan(src string) ([]piece, error) {
+	var out []piece
+	text := 0 // start of the current text
 	for i := 0; i+1 < len(src); {
 		if src[i] != '{' || (src[i+1] != '{' && src[i+1] != '%' && src[i+1] != '#') {
 			i++
 			continue
 		}
-		t := tag{start: i, kind: src[i+1]}
-		closer := map[byte]string{'{': "}}", '%': "%}", '#': "#}"}[t.kind]
-		j := i + 2
-		if j < len(src) && src[j] == '-' {
-			t.trimLeft = true
-			j++
+		if i > text {
+			out = append(out, piece{start: text, end: i, text: src[text:i]})
 		}
-		cstart := j
-		found := false
-		for j < len(src) {
-			c := src[j]
-			if t.kind != '#' && (c == '\'' || c == '"') {
-				j++
-				for j < len(src) && src[j] != c {
-					if src[j] == '\\' {
-						j++
-					}
+		t, err := scanTag(src, i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+		i, text = t.end, t.end
+		if t.kind == '%' && keyword(t.text) == "raw" {
+			m := endRaw.FindStringSubmatchIndex(src[i:])
+			if m == nil {
+				return nil, fmt.Errorf("chat template does not compile: unclosed raw block at byte %d", t.start)
+			}
+			if m[0] > 0 {
+				out = append(out, piece{start: i, end: i + m[0], text: src[i : i+m[0]]})
+			}
+			out = append(out, piece{start: i + m[0], end: i + m[1], kind: '%', text: "endraw", left: src[i+m[2] : i+m[3]], right: src[i+m[4] : i+m[5]]})
+			i, text = i+m[1], i+m[1]
+		}
+	}
+	if text < len(src) {
+		out = append(out, piece{start: text, end: len(src), text: src[text:]})
+	}
+	return out, nil
+}
+
+// scanTag reads the tag that starts at src[i].
+func scanTag(src string, i int) (piece, error) {
+	t := piece{start: i, kind: src[i+1]}
+	closer := map[byte]string{'{': "}}", '%': "%}", '#': "#}"}[t.kind]
+	j := i + 2
+	if j < len(src) && (src[j] == '-' || src[j] == '+') {
+		t.left = src[j : j+1]
+		j++
+	}
+	cstart := j
+	for j < len(src) {
+		c := src[j]
+		if t.kind != '#' && (c == '\'' || c == '"') {
+			for j++; j < len(src) && src[j] != c; j++ {
+				if src[j] == '\\' {
 					j++
 				}
-				j++
-				continue
-			}
-			if c == '-' && strings.HasPrefix(src[j+1:], closer) {
-				t.trimRight, t.content, t.end = true, src[cstart:j], j+3
-				found = true
-				break
-			}
-			if strings.HasPrefix(src[j:], closer) {
-				t.content, t.end = src[cstart:j], j+2
-				found = true
-				break
 			}
 			j++
+			continue
 		}
-		if !found {
-			return nil, fmt.Errorf("chat template does not compile: unclosed tag at byte %d", i)
+		if (c == '-' || c == '+') && strings.HasPrefix(src[j+1:], closer) {
+			t.right, t.text, t.end = src[j:j+1], src[cstart:j], j+3
+			break
 		}
-		if len(t.content) > maxTagSize {
-			return nil, fmt.Errorf("chat template refused: a tag of %d bytes at byte %d (at most %d)", len(t.content), i, maxTagSize)
+		if strings.HasPrefix(src[j:], closer) {
+			t.text, t.end = src[cstart:j], j+2
+			break
 		}
-		tags = append(tags, t)
-		i = t.end
+		j++
 	}
-	return tags, nil
+	if t.end == 0 {
+		return t, fmt.Errorf("chat template does not compile: unclosed tag at byte %d", i)
+	}
+	if len(t.text) > maxTagSize {
+		return t, fmt.Errorf("chat template refused: a tag of %d bytes at byte %d (at most %d)", len(t.text), i, maxTagSize)
+	}
+	return t, nil
 }
 
 // keyword is a statement's first word.
@@ -98,64 +149,130 @@ func keyword(content string) string {
 	return s
 }
 
-// guard checks src's size and nesting and returns it with every macro
-// body wrapped in calls that count the macros in progress: {{ }} tags,
-// printing nothing, right after {% macro %} and right before
-// {% endmacro %}. The engine applies a tag's trim marks and trim_blocks /
-// lstrip_blocks to the nearest text, past any tags between, and never to
-// text beside a {{ }} tag without trim marks, so the rendering is
-// unchanged (a test checks it on every real template).
-func guard(src string) (string, error) {
+// normalizeNewlines does what Jinja2's lexer does first: every line end
+// becomes "\n", and one final newline is dropped (keep_trailing_newline is
+// off, as Hugging Face leaves it).
+func normalizeNewlines(src string) string {
+	src = strings.ReplaceAll(src, "\r\n", "\n")
+	src = strings.ReplaceAll(src, "\r", "\n")
+	return strings.TrimSuffix(src, "\n")
+}
+
+// rewrite returns src rewritten for the engine (see the comment at the top
+// of this file) or an error saying why it is refused.
+func rewrite(src string) (string, error) {
 	if len(src) > maxSourceSize {
 		return "", fmt.Errorf("chat template refused: %d bytes (at most %d)", len(src), maxSourceSize)
 	}
-	tags, err := scanTags(src)
+	src = normalizeNewlines(src)
+	pieces, err := scan(src)
 	if err != nil {
 		return "", err
 	}
 	var b strings.Builder
-	last, depth, raw := 0, 0, false
-	for _, t := range tags {
-		if t.kind == '#' {
+	depth := 0
+	lineStart := true // the last tag's end took a newline (or none came yet)
+	for i := range pieces {
+		p := &pieces[i]
+		if p.kind == 0 {
+			text := p.text
+			var prev, next *piece
+			if i > 0 {
+				prev = &pieces[i-1]
+			}
+			if i+1 < len(pieces) {
+				next = &pieces[i+1]
+			}
+			text = trimText(text, prev, next, lineStart)
+			if text != "" {
+				b.WriteString(`{{ "`)
+				b.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(text))
+				b.WriteString(`" }}`)
+			}
+			continue
+		}
+		// lineStart for the text after this tag: did the tag's end take a
+		// newline?
+		lineStart = false
+		if i+1 < len(pieces) && pieces[i+1].kind == 0 {
+			after := pieces[i+1].text
+			switch {
+			case p.right == "-":
+				ws := after[:len(after)-len(strings.TrimLeftFunc(after, unicode.IsSpace))]
+				lineStart = strings.HasSuffix(ws, "\n")
+			case p.block() && p.right != "+" && !isRaw(p):
+				lineStart = strings.HasPrefix(after, "\n")
+			}
+		}
+		if p.kind == '#' {
 			continue
 		}
 		kw := ""
-		if t.kind == '%' {
-			kw = keyword(t.content)
+		if p.kind == '%' {
+			kw = keyword(p.text)
 		}
-		if raw {
-			raw = kw != "endraw"
-			continue
+		if kw == "raw" || kw == "endraw" {
+			continue // the body is text, written as a literal
 		}
-		if kw == "raw" {
-			raw = true
-			continue
-		}
-		if n := bracketDepth(t.content); n > maxNesting {
-			return "", fmt.Errorf("chat template refused: brackets nested %d deep at byte %d (at most %d)", n, t.start, maxNesting)
+		if n := bracketDepth(p.text); n > maxNesting {
+			return "", fmt.Errorf("chat template refused: brackets nested %d deep at byte %d (at most %d)", n, p.start, maxNesting)
 		}
 		switch {
-		case blockOpeners[kw] || (kw == "set" && !strings.Contains(t.content, "=")):
+		case blockOpeners[kw] || (kw == "set" && !strings.Contains(p.text, "=")):
 			depth++
 			if depth > maxNesting {
-				return "", fmt.Errorf("chat template refused: blocks nested more than %d deep at byte %d", maxNesting, t.start)
+				return "", fmt.Errorf("chat template refused: blocks nested more than %d deep at byte %d", maxNesting, p.start)
 			}
 		case strings.HasPrefix(kw, "end"):
 			depth--
 		}
-		switch kw {
-		case "macro":
-			b.WriteString(src[last:t.end])
-			b.WriteString("{{ " + guardEnter + "() }}")
-			last = t.end
-		case "endmacro":
-			b.WriteString(src[last:t.start])
+		if kw == "endmacro" {
 			b.WriteString("{{ " + guardLeave + "() }}")
-			last = t.start
+		}
+		b.WriteString(map[byte]string{'{': "{{", '%': "{%"}[p.kind])
+		b.WriteString(p.text)
+		b.WriteString(map[byte]string{'{': "}}", '%': "%}"}[p.kind])
+		if kw == "macro" {
+			b.WriteString("{{ " + guardEnter + "() }}")
 		}
 	}
-	b.WriteString(src[last:])
 	return b.String(), nil
+}
+
+// isRaw reports whether p is a {% raw %} tag, after which Jinja2 applies
+// no trim_blocks.
+func isRaw(p *piece) bool { return p.kind == '%' && keyword(p.text) == "raw" }
+
+// trimText applies Jinja2's whitespace control to a text between the tags
+// prev and next (nil at the template's ends). lineStart says whether the
+// text starts a line for lstrip_blocks: it is the template's first, or
+// prev's end took a newline.
+func trimText(text string, prev, next *piece, lineStart bool) string {
+	if prev == nil {
+		lineStart = true
+	}
+	if prev != nil {
+		switch {
+		case prev.right == "-":
+			text = strings.TrimLeftFunc(text, unicode.IsSpace)
+		case prev.block() && prev.right != "+" && !isRaw(prev):
+			text = strings.TrimPrefix(text, "\n")
+		}
+	}
+	if next != nil {
+		switch {
+		case next.left == "-":
+			text = strings.TrimRightFunc(text, unicode.IsSpace)
+		case next.block() && next.left != "+":
+			// lstrip_blocks: white space from the start of the line to
+			// the tag goes.
+			l := strings.LastIndexByte(text, '\n') + 1
+			if (l > 0 || lineStart) && strings.TrimLeftFunc(text[l:], unicode.IsSpace) == "" {
+				text = text[:l]
+			}
+		}
+	}
+	return text
 }
 
 // bracketDepth is the deepest nesting of (), [] and {} in a tag's content,
