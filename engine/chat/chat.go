@@ -244,6 +244,8 @@ type RaiseError struct {
 	Message string
 }
 
+// Error returns the message with a prefix saying the template raised it.
+// Error returns the message with a prefix saying the template raised it.
 func (e *RaiseError) Error() string { return "chat template raised an exception: " + e.Message }
 
 // Render makes the prompt of msgs.

@@ -5,9 +5,11 @@
 //
 // # Rendering
 //
-// Templates run on github.com/ardanlabs/jinja, which applies trim_blocks and
-// lstrip_blocks as Hugging Face's transformers sets them. The variables are
-// those templates expect: messages (each with role and content),
+// Templates run on github.com/ardanlabs/jinja, with trim_blocks and
+// lstrip_blocks on, as Hugging Face's transformers sets them. That engine's
+// own whitespace control reaches past adjacent tags, so it is done
+// beforehand, as Jinja2 does it, by rewriting the template (see guard.go).
+// The variables are those templates expect: messages (each with role and content),
 // add_generation_prompt, bos_token, eos_token, raise_exception (an error that
 // carries the template's message), strftime_now (formatting the time of
 // Options.Now) and, when Options.EnableThinking is set, enable_thinking (Qwen
