@@ -232,9 +232,17 @@ static int matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int6
 	case 0: case 1: case 30: {
 		int kind = type == 0 ? 0 : type == 1 ? 1 : 2;
 		int64_t es = type == 0 ? 4 : 2;
-		for (int64_t r = row0; r < row1; r++)
-			for (int64_t b = 0; b < n; b++)
-				out[b * rows + r] = dot_any((const uint8_t *)w + r * cols * es, kind, x + b * cols, cols);
+		for (int64_t r = row0; r < row1; r++) {
+			const uint8_t *wr = (const uint8_t *)w + r * cols * es;
+			int64_t b = 0;
+			for (; b + 4 <= n; b += 4) {
+				const float *xs[4] = {x + b * cols, x + (b + 1) * cols, x + (b + 2) * cols, x + (b + 3) * cols};
+				float o[4];
+				dot_any4(wr, kind, xs, cols, o);
+				for (int v = 0; v < 4; v++) out[(b + v) * rows + r] = o[v];
+			}
+			for (; b < n; b++) out[b * rows + r] = dot_any(wr, kind, x + b * cols, cols);
+		}
 		return KVS_OK;
 	}
 	case 2: case 3: case 6: case 7: case 8:

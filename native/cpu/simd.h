@@ -117,6 +117,51 @@ static inline float dot_any(const void *w, int kind, const float *x, int64_t n) 
 static inline float dot_any(const void *w, int kind, const float *x, int64_t n) { return dot_scalar(w, kind, x, n); }
 #endif
 
+/* dot_any4 computes dot_any(w, kind, x[v], n) for four vectors, reading w
+ * once: out[v] gets the same bits as dot_any would. */
+static inline void dot_any4(const void *w, int kind, const float *const *x, int64_t n, float *out) {
+#if defined(__AVX512F__)
+	__m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+	int64_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m512 wv = load16(w, kind, i);
+		for (int v = 0; v < 4; v++) a[v] = _mm512_add_ps(a[v], _mm512_mul_ps(wv, _mm512_loadu_ps(x[v] + i)));
+	}
+	for (int v = 0; v < 4; v++) {
+		if (i < n) {
+			float tw[16] = {0}, tx[16] = {0};
+			for (int64_t j = i; j < n; j++) tw[j - i] = kvs_w_at(w, kind, j), tx[j - i] = x[v][j];
+			a[v] = _mm512_add_ps(a[v], _mm512_mul_ps(_mm512_loadu_ps(tw), _mm512_loadu_ps(tx)));
+		}
+		__m256 lo = _mm512_castps512_ps256(a[v]);
+		__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[v]), 1));
+		out[v] = sum8(_mm256_add_ps(lo, hi));
+	}
+#elif defined(__AVX2__)
+	__m256 a[4][2];
+	for (int v = 0; v < 4; v++) a[v][0] = a[v][1] = _mm256_setzero_ps();
+	int64_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m256 w0 = load8(w, kind, i), w1 = load8(w, kind, i + 8);
+		for (int v = 0; v < 4; v++) {
+			a[v][0] = _mm256_add_ps(a[v][0], _mm256_mul_ps(w0, _mm256_loadu_ps(x[v] + i)));
+			a[v][1] = _mm256_add_ps(a[v][1], _mm256_mul_ps(w1, _mm256_loadu_ps(x[v] + i + 8)));
+		}
+	}
+	for (int v = 0; v < 4; v++) {
+		if (i < n) {
+			float tw[16] = {0}, tx[16] = {0};
+			for (int64_t j = i; j < n; j++) tw[j - i] = kvs_w_at(w, kind, j), tx[j - i] = x[v][j];
+			a[v][0] = _mm256_add_ps(a[v][0], _mm256_mul_ps(_mm256_loadu_ps(tw), _mm256_loadu_ps(tx)));
+			a[v][1] = _mm256_add_ps(a[v][1], _mm256_mul_ps(_mm256_loadu_ps(tw + 8), _mm256_loadu_ps(tx + 8)));
+		}
+		out[v] = sum8(_mm256_add_ps(a[v][0], a[v][1]));
+	}
+#else
+	for (int v = 0; v < 4; v++) out[v] = dot_any(w, kind, x[v], n);
+#endif
+}
+
 /* --- exact integer products of 8-bit codes, as eight int32 lane sums: lane
  * m of a 32-code block sums codes 4m..4m+3 (the layout of x86's
  * maddubs+madd and VNNI's dpbusd). GCC vector types carry them, so the
