@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -521,7 +522,8 @@ func (c *Client) Download(ctx context.Context, ref Ref, progress func(Progress))
 }
 
 // headRetrying is head, tried again up to Retries times after a network
-// failure or a server error (not after the hub's refusal of the request).
+// failure or a server error (not after the hub's refusal of the request,
+// nor when no server answers at the endpoint's address).
 func (c *Client) headRetrying(ctx context.Context, ref Ref, u string, rep *reporter) (*remote, error) {
 	wait := c.retryDelay()
 	for attempt := 1; ; attempt++ {
@@ -531,6 +533,9 @@ func (c *Client) headRetrying(ctx context.Context, ref Ref, u string, rep *repor
 		}
 		if he, ok := errors.AsType[*HubError](err); ok && he.Status < 500 && he.Status != http.StatusTooManyRequests {
 			return nil, err
+		}
+		if _, ok := errors.AsType[*net.DNSError](err); ok || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, err // no hub there (or offline): waiting will not help
 		}
 		rep.note(fmt.Sprintf("asking the hub failed (%v); trying again in %v", err, wait))
 		select {

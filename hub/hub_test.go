@@ -740,3 +740,20 @@ func TestParseContentRange(t *testing.T) {
 		}
 	}
 }
+
+// With no server at the endpoint, Download says so at once instead of
+// retrying.
+func TestNoHubThere(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // nothing listens there now
+	c := &Client{Endpoint: url, Dir: t.TempDir(), Retries: 3, RetryDelay: time.Second}
+	start := time.Now()
+	_, err := c.Download(context.Background(), Ref{Repo: "a/b", File: "c.gguf"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the hub") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("error %v, want one line saying the hub cannot be reached", err)
+	}
+	if d := time.Since(start); d > 900*time.Millisecond {
+		t.Errorf("took %v: it waited to retry", d)
+	}
+}
