@@ -250,8 +250,9 @@ KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n,
  *     little-endian). NULL for other key precisions.
  *   scratch: (heads/kv_heads)*max(n_pos) floats, for the scores of the query
  *     heads sharing one KV head (each decoded K and V row serves them all).
- * Scores run in position order: per position a kvs_matmul-order float dot
- * product of the query head with the decoded key row, times scale; then the
+ * Scores run in position order: per position the float dot product of the
+ * query head with the decoded key row, in the sixteen-lane order of
+ * kvs_matmul's float types, times scale; then the
  * max, exp in double, their sum in double in position order, and
  * out = sum over positions, in order, of p_t*v_t (each product rounded, then
  * added). The result does not depend on the block size.

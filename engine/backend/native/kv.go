@@ -103,8 +103,8 @@ func (l *Lib) WriteKV(s *kvstore.Store, layer int, k, v []float32, slots []int32
 // AttnRow is one query row of an Attention call: it attends to positions
 // 0..NPos-1 of its sequence, whose block table is Blocks.
 type AttnRow struct {
-	NPos   int
-	Blocks []int
+	NPos   int   // positions attended, 0..NPos-1; at least 1
+	Blocks []int // the sequence's block table, covering NPos positions
 }
 
 // Attention computes, for each row i, softmax(q·Kᵀ·scale)·V over the row's
