@@ -9,11 +9,11 @@
 // lstrip_blocks on, as Hugging Face's transformers sets them. That engine's
 // own whitespace control reaches past adjacent tags, so it is done
 // beforehand, as Jinja2 does it, by rewriting the template (see guard.go).
-// The variables are those templates expect: messages (each with role and content),
-// add_generation_prompt, bos_token, eos_token, raise_exception (an error that
-// carries the template's message), strftime_now (formatting the time of
-// Options.Now) and, when Options.EnableThinking is set, enable_thinking (Qwen
-// 3-style templates read it).
+// The variables are those templates expect: messages (each with role and
+// content), add_generation_prompt, bos_token, eos_token, raise_exception (an
+// error that carries the template's message), strftime_now (formatting the
+// time of Options.Now) and, when Options.EnableThinking is set,
+// enable_thinking (Qwen 3-style templates read it).
 //
 // A template from a file is untrusted input, and the engine has no limits of
 // its own: it parses and evaluates by recursion, and a Go stack overflow
