@@ -22,7 +22,7 @@ static void dequant_row(uint32_t type, const uint8_t *b, int64_t cols, float *y)
 		for (int64_t i = 0; i < cols; i++) y[i] = kvs_bf2f(kvs_le16(b + 2 * i));
 		return;
 	}
-	if (type >= 12) {
+	if (type >= 12 && type <= 14) {
 		for (int64_t i = 0; i < cols / 256; i++, y += 256) {
 			if (type == 14) {
 				const uint8_t *blk = b + i * 210, *sc = blk + 192;
@@ -62,13 +62,18 @@ static void dequant_row(uint32_t type, const uint8_t *b, int64_t cols, float *y)
 		}
 		return;
 	}
-	int64_t tsz = type == 2 ? 18 : type == 3 ? 20 : type == 6 ? 22 : type == 7 ? 24 : 34;
+	static const int8_t iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+	int64_t tsz = type == 2 || type == 20 ? 18 : type == 3 ? 20 : type == 6 ? 22 : type == 7 ? 24 : 34;
 	for (int64_t i = 0; i < cols / 32; i++, y += 32) {
 		const uint8_t *blk = b + i * tsz;
 		float d = kvs_h2f(kvs_le16(blk));
 		switch (type) {
 		case 8:
 			for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)blk[2 + j] * d;
+			break;
+		case 20:
+			for (int j = 0; j < 16; j++)
+				y[j] = d * (float)iq4[blk[2 + j] & 15], y[j + 16] = d * (float)iq4[blk[2 + j] >> 4];
 			break;
 		case 2:
 			for (int j = 0; j < 16; j++)

@@ -111,6 +111,7 @@ int64_t kvs_row_bytes(uint32_t type, int64_t cols) {
 	case 6: bs = 32, ts = 22; break;
 	case 7: bs = 32, ts = 24; break;
 	case 8: bs = 32, ts = 34; break;
+	case 20: bs = 32, ts = 18; break;
 	case 12: bs = 256, ts = 144; break;
 	case 13: bs = 256, ts = 176; break;
 	case 14: bs = 256, ts = 210; break;

@@ -47,6 +47,19 @@ static inline kvs_u32 unpack5(const uint8_t *qh4, const uint8_t *qs) {
 	return u;
 }
 
+/* iq4nl maps IQ4_NL's 4-bit codes to its 16 non-linear levels. */
+static inline kvs_b32 iq4nl(kvs_u32 u) {
+#if defined(__AVX2__)
+	const __m128i lut = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+	return (kvs_b32)_mm256_shuffle_epi8(_mm256_set_m128i(lut, lut), (__m256i)u);
+#else
+	static const int8_t lut[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+	kvs_b32 c;
+	for (int j = 0; j < 32; j++) c[j] = lut[u[j]];
+	return c;
+#endif
+}
+
 /* scale_min_k4 decodes Q4_K/Q5_K sub-block j's 6-bit scale and min. */
 static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
 	if (j < 4) {
@@ -63,10 +76,6 @@ enum { tr = 4, tv = 4 };
 
 #define CVT(i) __builtin_convertvector((i), kvs_f8)
 
-/* mm32 multiplies rows of a 32-element block type. Per (row, vector), in
- * block order: acc += float(lane sums of codes × activation codes) × (dw·dx)
- * (Q4_0 and Q5_0 codes signed: q-8, q-16), then for Q4_1 and Q5_1
- * accm += (mw·dx)·float(s), s the block's activation code sum. */
 /* mm32_tile computes rows [r0, r0+nr) for vectors [b0, b0+nv); inlined with
  * constant nr and nv, its sums stay in registers. */
 static inline __attribute__((always_inline)) void mm32_tile(uint32_t type, const uint8_t *w, int64_t rows,
@@ -86,9 +95,12 @@ static inline __attribute__((always_inline)) void mm32_tile(uint32_t type, const
 				for (int v = 0; v < nv; v++) acc[rr][v] += CVT(lanes_s8s8(c, a[v * nb].q)) * (d * a[v * nb].d);
 				break;
 			}
-			case 2: /* Q4_0: d | qs[16], x = d*(q-8) */
-			case 6: { /* Q5_0: d | qh | qs[16], x = d*(q-16) */
-				kvs_b32 c = type == 2 ? (kvs_b32)unpack_nib(blk + 2) - 8 : (kvs_b32)unpack5(blk + 2, blk + 6) - 16;
+			case 2:  /* Q4_0: d | qs[16], x = d*(q-8) */
+			case 6:  /* Q5_0: d | qh | qs[16], x = d*(q-16) */
+			case 20: { /* IQ4_NL: d | qs[16], x = d*kvalues[q] */
+				kvs_b32 c = type == 2   ? (kvs_b32)unpack_nib(blk + 2) - 8
+				            : type == 6 ? (kvs_b32)unpack5(blk + 2, blk + 6) - 16
+				                        : iq4nl(unpack_nib(blk + 2));
 				for (int v = 0; v < nv; v++) acc[rr][v] += CVT(lanes_s8s8(c, a[v * nb].q)) * (d * a[v * nb].d);
 				break;
 			}
@@ -116,7 +128,7 @@ static inline __attribute__((always_inline)) void mm32_tile(uint32_t type, const
 static void mm32(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                  const struct act32 *qx, int64_t n, float *out) {
 	int64_t nb = cols / 32;
-	int64_t tsz = type == 2 ? 18 : type == 3 ? 20 : type == 6 ? 22 : type == 7 ? 24 : 34;
+	int64_t tsz = type == 2 || type == 20 ? 18 : type == 3 ? 20 : type == 6 ? 22 : type == 7 ? 24 : 34;
 #define TILE(R, V) mm32_tile(type, w, rows, nb, tsz, r0, b0, qx, out, R, V)
 	/* Chunks of rows small enough to stay in cache while every group of
 	 * vectors passes over them. */
@@ -245,7 +257,7 @@ static int matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int6
 		}
 		return KVS_OK;
 	}
-	case 2: case 3: case 6: case 7: case 8:
+	case 2: case 3: case 6: case 7: case 8: case 20:
 		mm32(type, w, rows, cols, row0, row1, qx, n, out);
 		return KVS_OK;
 	case 12: case 13: case 14:

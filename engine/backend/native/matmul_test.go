@@ -17,7 +17,7 @@ import (
 
 // matTypes are the weight types the library implements.
 var matTypes = []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1,
-	quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+	quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_NL}
 
 // actBlock returns the activation block length type t's products round to
 // (0: float types, not rounded).
