@@ -81,8 +81,8 @@ var Small = Shape{
 
 // TinyLlama has the shape of TinyLlama 1.1B (1.1 billion weights, 22
 // layers, dim 2048, feed-forward 5632, 32 heads over 4 KV heads, vocabulary
-// 32000, context 2048) in Q4_0: the model of the benchmark figures for
-// llama.cpp in the shared data's README. Its file is about 620 MB. (llama.cpp's
+// 32000, context 2048) in Q4_0: the model kvscope bench speed runs, beside
+// llama.cpp on the same file. Its file is about 620 MB. (llama.cpp's
 // quantizer would store output.weight in Q6_K; here every matrix is Q4_0.)
 var TinyLlama = Shape{
 	Name: "synthetic TinyLlama-1.1B shape (random weights)", Dim: 2048, Layers: 22,
