@@ -22,8 +22,40 @@ static void dequant_row(uint32_t type, const uint8_t *b, int64_t cols, float *y)
 		for (int64_t i = 0; i < cols; i++) y[i] = kvs_bf2f(kvs_le16(b + 2 * i));
 		return;
 	}
-	if (type >= 12 && type <= 14) {
+	if (type >= 10 && type <= 14) {
 		for (int64_t i = 0; i < cols / 256; i++, y += 256) {
+			if (type == 10 || type == 11) {
+				/* Q2_K: x = d*(sc&15)*q - dmin*(sc>>4); Q3_K: x = d*(scale-32)*q. */
+				const uint8_t *blk = b + i * (type == 10 ? 84 : 110);
+				const uint8_t *qs = blk + (type == 10 ? 16 : 32), *hm = blk;
+				float d = kvs_h2f(kvs_le16(blk + (type == 10 ? 80 : 108)));
+				float dmin = type == 10 ? kvs_h2f(kvs_le16(blk + 82)) : 0;
+				for (int h = 0; h < 2; h++)
+					for (int j = 0; j < 4; j++)
+						for (int k = 0; k < 2; k++) {
+							int s = 8 * h + 2 * j + k;
+							float dl, ml = 0;
+							if (type == 10) {
+								dl = d * (float)(blk[s] & 15);
+								ml = dmin * (float)(blk[s] >> 4);
+							} else {
+								const uint8_t *q = blk + 96;
+								int lo = s < 8 ? q[s] & 15 : q[s - 8] >> 4, hi = (q[8 + s % 4] >> (2 * (s / 4))) & 3;
+								dl = d * (float)((lo | hi << 4) - 32);
+							}
+							float *o = y + 128 * h + 32 * j + 16 * k;
+							for (int l = 0; l < 16; l++) {
+								int L = 16 * k + l, q = (qs[32 * h + L] >> (2 * j)) & 3;
+								if (type == 10) {
+									o[l] = dl * (float)q - ml;
+								} else {
+									q += 4 * ((hm[L] >> (4 * h + j)) & 1) - 4;
+									o[l] = dl * (float)q;
+								}
+							}
+						}
+				continue;
+			}
 			if (type == 14) {
 				const uint8_t *blk = b + i * 210, *sc = blk + 192;
 				float d = kvs_h2f(kvs_le16(blk + 208));

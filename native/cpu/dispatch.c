@@ -112,6 +112,8 @@ int64_t kvs_row_bytes(uint32_t type, int64_t cols) {
 	case 7: bs = 32, ts = 24; break;
 	case 8: bs = 32, ts = 34; break;
 	case 20: bs = 32, ts = 18; break;
+	case 10: bs = 256, ts = 84; break;
+	case 11: bs = 256, ts = 110; break;
 	case 12: bs = 256, ts = 144; break;
 	case 13: bs = 256, ts = 176; break;
 	case 14: bs = 256, ts = 210; break;
@@ -127,7 +129,7 @@ int64_t kvs_act_bytes(uint32_t type, int64_t cols, int64_t n) {
 	if (n < 0 || n > ((int64_t)1 << 24)) return KVS_ERR_ARG;
 	switch (type) {
 	case 0: case 1: case 30: return 0;
-	case 12: case 13: case 14: return n * (cols / 256) * (int64_t)sizeof(struct act256);
+	case 10: case 11: case 12: case 13: case 14: return n * (cols / 256) * (int64_t)sizeof(struct act256);
 	}
 	return n * (cols / 32) * (int64_t)sizeof(struct act32);
 }

@@ -4,7 +4,7 @@
 
 static int quantize_acts(uint32_t type, const float *x, int64_t cols, int64_t n, void *qx) {
 	if (type == 0 || type == 1 || type == 30) return KVS_OK;
-	int k = type >= 12 && type <= 14;
+	int k = type >= 10 && type <= 14;
 	int64_t bs = k ? 256 : 32, nb = cols / bs;
 	for (int64_t b = 0; b < n; b++)
 		for (int64_t i = 0; i < nb; i++) {
@@ -162,9 +162,37 @@ static void mm32(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, in
 #undef TILE
 }
 
-/* unpack_k decodes one K-quant super-block into 256 codes, 16 scales (one per
- * 16 codes) and, for Q4_K/Q5_K, 16 mins; it returns d and sets *dmin. */
+/* unpack_k decodes one K-quant super-block into 256 unsigned codes, 16
+ * scales (one per 16 codes) and, for Q2_K/Q4_K/Q5_K, 16 mins; it returns d
+ * and sets *dmin. Q3_K's codes are q+4 and Q6_K's q+32 (the offsets are
+ * taken off in mmk). */
 static inline float unpack_k(uint32_t type, const uint8_t *b, uint8_t *u, int16_t *sc, int16_t *mn, float *dmin) {
+	if (type == 10 || type == 11) {
+		/* Q2_K: scales[16] | qs[64] | d | dmin; Q3_K: hmask[32] | qs[64] |
+		 * scales[12] | d. Element 128h+32j+l takes bits 2j of qs[32h+l]
+		 * (and, for Q3_K, bit 4h+j of hmask[l]); element e is in
+		 * sub-block e/16. */
+		const uint8_t *qs = b + (type == 10 ? 16 : 32), *hm = b;
+		for (int h = 0; h < 2; h++)
+			for (int j = 0; j < 4; j++)
+				for (int l = 0; l < 32; l++) {
+					uint8_t q = (qs[32 * h + l] >> (2 * j)) & 3;
+					if (type == 11) q |= (uint8_t)(((hm[l] >> (4 * h + j)) & 1) << 2);
+					u[128 * h + 32 * j + l] = q;
+				}
+		if (type == 10) {
+			for (int g = 0; g < 16; g++) sc[g] = b[g] & 15, mn[g] = b[g] >> 4;
+			*dmin = kvs_h2f(kvs_le16(b + 82));
+			return kvs_h2f(kvs_le16(b + 80));
+		}
+		const uint8_t *q = b + 96;
+		for (int g = 0; g < 16; g++) {
+			int lo = g < 8 ? q[g] & 15 : q[g - 8] >> 4, hi = (q[8 + g % 4] >> (2 * (g / 4))) & 3;
+			sc[g] = (int16_t)((lo | hi << 4) - 32);
+		}
+		*dmin = 0;
+		return kvs_h2f(kvs_le16(b + 108));
+	}
 	if (type == 14) { /* Q6_K: ql[128] | qh[64] | scales[16] | d */
 		for (int h = 0; h < 2; h++) {
 			const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
@@ -204,14 +232,15 @@ static inline float unpack_k(uint32_t type, const uint8_t *b, uint8_t *u, int16_
 
 /* mmk multiplies rows of a K-quant type. Per (row, vector), in super-block
  * order: acc += float(lanes_k of codes, activation codes and scales) ×
- * (d·dx), then accm += (d·dx)·float(-32·msum) for Q6_K (msum: scales ×
- * activation sums of 16) or accm -= (dmin·dx)·float(msum) for Q4_K/Q5_K
- * (msum: mins × activation sums of 16). */
+ * (d·dx), then accm += (d·dx)·float(-32·msum) for Q6_K and
+ * (d·dx)·float(-4·msum) for Q3_K (msum: scales × activation sums of 16),
+ * or accm -= (dmin·dx)·float(msum) for Q2_K/Q4_K/Q5_K (msum: mins ×
+ * activation sums of 16). */
 static void mmk(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                 const struct act256 *qx, int64_t n, float *out) {
-	int64_t nb = cols / 256, tsz = type == 12 ? 144 : type == 13 ? 176 : 210;
+	int64_t nb = cols / 256, tsz = type == 10 ? 84 : type == 11 ? 110 : type == 12 ? 144 : type == 13 ? 176 : 210;
 	uint8_t u[256];
-	int16_t sc[16], mn[16];
+	int16_t sc[16], mn[16] = {0};
 	for (int64_t r = row0; r < row1; r++) {
 		const uint8_t *wr = w + r * nb * tsz;
 		for (int64_t b0 = 0; b0 < n; b0 += 32) {
@@ -224,9 +253,9 @@ static void mmk(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int
 					const struct act256 *a = qx + (b0 + v) * nb + i;
 					int32_t msum = 0;
 					acc[v] += CVT(lanes_k(u, a->q, sc)) * (d * a->d);
-					if (type == 14) {
+					if (type == 14 || type == 11) {
 						for (int g = 0; g < 16; g++) msum += sc[g] * a->bsums[g];
-						accm[v] += (d * a->d) * (float)(-32 * msum);
+						accm[v] += (d * a->d) * (float)((type == 14 ? -32 : -4) * msum);
 					} else {
 						for (int g = 0; g < 16; g++) msum += mn[g] * a->bsums[g];
 						accm[v] -= (dmin * a->d) * (float)msum;
@@ -260,7 +289,7 @@ static int matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int6
 	case 2: case 3: case 6: case 7: case 8: case 20:
 		mm32(type, w, rows, cols, row0, row1, qx, n, out);
 		return KVS_OK;
-	case 12: case 13: case 14:
+	case 10: case 11: case 12: case 13: case 14:
 		mmk(type, w, rows, cols, row0, row1, qx, n, out);
 		return KVS_OK;
 	}

@@ -101,8 +101,8 @@ KVS_API const char *kvs_path_name(int path);
 
 /*
  * Weight types, numbered as ggml's (and engine/quant's Type): F32 0, F16 1,
- * Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14,
- * IQ4_NL 20, BF16 30. A weight matrix is `rows` rows of `cols` elements,
+ * Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8, Q2_K 10, Q3_K 11, Q4_K 12, Q5_K 13,
+ * Q6_K 14, IQ4_NL 20, BF16 30. A weight matrix is `rows` rows of `cols` elements,
  * each row kvs_row_bytes(type, cols) bytes in ggml's block layout, rows one
  * after another: exactly the bytes a GGUF tensor holds.
  *
@@ -110,14 +110,15 @@ KVS_API const char *kvs_path_name(int path);
  * vector is cut into blocks (32 elements for Q4_0..Q8_0 and IQ4_NL, 256 for
  * K-quants) with a float scale dx = max|x|/127 and codes
  * q = round-to-even(x/dx). Per (row, vector), in block order, the weight
- * codes (Q4_0 and Q5_0 offset to signed, IQ4_NL's mapped to its levels)
+ * codes (Q4_0 and Q5_0 offset to signed, IQ4_NL's mapped to its levels,
+ * Q3_K's and Q6_K's kept unsigned: q+4, q+32)
  * times the activation codes (times the sub-block scales, for K-quants) are
  * summed exactly as eight int32 lanes, lane m holding elements 4m..4m+3 of
  * every 32; the lanes are converted to float, multiplied by dw*dx and added
  * to eight float sums. Q4_1 and Q5_1 add (mw*dx)*s (s: the block's code
- * sum) and Q4_K and Q5_K subtract (dmin*dx)*(mins times sums of 16 codes) in
- * a ninth float sum (Q6_K's offset too: (d*dx)*(-32*scales times sums of
- * 16)). The result is the eight sums added as (l, l+4), (l, l+2), (l, l+1),
+ * sum) and Q2_K, Q4_K and Q5_K subtract (dmin*dx)*(mins times sums of 16
+ * codes) in a ninth float sum (Q3_K's and Q6_K's offsets too: (d*dx)*(-4 or
+ * -32 * scales times sums of 16)). The result is the eight sums added as (l, l+4), (l, l+2), (l, l+1),
  * plus the ninth.
  *
  * Float types (F32, F16, BF16) multiply the float activations directly,

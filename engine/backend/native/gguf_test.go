@@ -16,12 +16,12 @@ import (
 // quantized by llama.cpp's own llama-quantize (whose K-quant scales span
 // ranges the Go test encoders do not reach), on every path, checking the
 // product within TestMatMulParity's bound and the decoded rows bit for bit
-// against quant.Dequantize. Tensors of types the library lacks must give
-// ErrUnsupported.
+// against quant.Dequantize. Tensors of types the library lacks (none in
+// these files today) must give ErrUnsupported.
 func TestMatMulGGUF(t *testing.T) {
 	l := loadLib(t)
 	defer l.SetPath(-1)
-	files := []string{"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "IQ4_NL"}
+	files := []string{"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K", "Q2_K", "Q3_K_M", "IQ4_NL"}
 	r := rand.New(rand.NewPCG(21, 22))
 	for _, name := range files {
 		f, err := gguf.Open(testshared.Path(t, "models/parity/parity-"+name+".gguf"))

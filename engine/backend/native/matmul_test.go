@@ -17,7 +17,7 @@ import (
 
 // matTypes are the weight types the library implements.
 var matTypes = []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1,
-	quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_NL}
+	quant.Q5_0, quant.Q5_1, quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_NL}
 
 // actBlock returns the activation block length type t's products round to
 // (0: float types, not rounded).
@@ -25,7 +25,7 @@ func actBlock(t quant.Type) int {
 	switch t {
 	case quant.F32, quant.F16, quant.BF16:
 		return 0
-	case quant.Q4_K, quant.Q5_K, quant.Q6_K:
+	case quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K:
 		return 256
 	}
 	return 32
@@ -85,7 +85,7 @@ func randWeights(t testing.TB, r *rand.Rand, typ quant.Type, rows, cols int) ([]
 // block's sum of |w|, plus float32 summation error, (cols/16 + blocks + 8)
 // · 2^-23 · Σ|w·x|. Float types round nothing, so only the second term
 // applies. The worst error relative to the outputs' RMS is logged: about
-// 1e-6 for float types, and 3% (32-element blocks) to 6% (256-element
+// 1e-6 for float types, and 2-4% (32-element blocks) to 5-8% (256-element
 // blocks) for the 8-bit rounding of these activations, whose 1-in-50
 // outliers ten times the rest coarsen their blocks' step. Every path's bits
 // must equal the scalar path's.
@@ -234,7 +234,7 @@ func TestMatMulErrors(t *testing.T) {
 		{"short output", quant.Q8_0, w, 4, 32, x, 2, out[:7], "outputs", false},
 		{"partial block", quant.Q8_0, w, 4, 33, x, 2, out, "whole number", false},
 		{"negative rows", quant.Q8_0, w, -1, 32, x, 2, out, "bad shape", false},
-		{"unsupported type", quant.Q2_K, w, 4, 32, x, 2, out, "not implemented", true},
+		{"unsupported type", quant.IQ2_XXS, w, 4, 32, x, 2, out, "not implemented", true},
 	}
 	for _, c := range cases {
 		err := l.MatMul(c.typ, c.w, c.rows, c.cols, c.x, c.n, c.out)
