@@ -53,7 +53,7 @@ func benchCache(args []string, stdout, stderr io.Writer) error {
 	if err := requireModel(*path); err != nil {
 		return err
 	}
-	l, ids, err := loadText(*path, *file)
+	l, ids, err := loadText(*path, *file, "")
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"kvscope/engine"
 	"kvscope/engine/backend"
+	"kvscope/engine/backend/native"
 	"kvscope/engine/kvstore"
 	"kvscope/engine/model"
 )
@@ -36,6 +37,7 @@ type speedOpts struct {
 	ctxGen  int   // tokens decoded at the long context
 	peer    string
 	dir     string // where the generated models go
+	backend string // kvscope's backend (native.Choose)
 }
 
 func benchSpeed(args []string, stdout, stderr io.Writer) error {
@@ -53,9 +55,11 @@ func benchSpeed(args []string, stdout, stderr io.Writer) error {
 	ctxGen := intFlag(fs, "ctx-gen", 8, 1, 1024, "tokens decoded at that context")
 	fs.StringVar(&o.peer, "peer", sharedPath("peers/llama.cpp/bin"), "`directory` of llama-bench and llama-batched-bench to run on the same files; empty: none")
 	fs.StringVar(&o.dir, "dir", "", "`directory` for the generated model files (default: a temporary one, removed after)")
+	be := backendFlag(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
+	o.backend = *be
 	o.threads, o.prompt, o.gen, o.reps, o.batchTG, o.ctx, o.ctxGen = *threads, *prompt, *gen, *reps, *batchTG, *ctx, *ctxGen
 	o.types = strings.Split(*types, ",")
 	for _, t := range o.types {
@@ -93,6 +97,11 @@ func runSpeed(o speedOpts, out io.Writer) error {
 	peer := findPeer(o.peer)
 	bw := readBandwidth()
 	fmt.Fprintf(out, "machine: %d threads; read bandwidth measured %.1f GB/s\n", o.threads, bw/1e9)
+	_, note, err := native.Choose(o.backend)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "kvscope: %s\n", note)
 	if peer == "" {
 		fmt.Fprintf(out, "llama.cpp: not run (no llama-bench and llama-batched-bench in %q)\n", o.peer)
 	} else {
@@ -182,12 +191,16 @@ func ctxTest(ctx int, p kvstore.Precision) string {
 
 // benchModel loads the model file for the speed tests: the one place where
 // the engine is set up, so that choosing a backend is one argument here.
-func benchModel(path string) (*model.Model, error) {
+func benchModel(path, be string) (*model.Model, error) {
+	b, _, err := native.Choose(be)
+	if err != nil {
+		return nil, err
+	}
 	m, err := model.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.Use(backend.Go()); err != nil {
+	if err := m.Use(b); err != nil {
 		m.Close()
 		return nil, err
 	}
@@ -199,7 +212,7 @@ func benchModel(path string) (*model.Model, error) {
 // blocks in the engine's default layout. It returns the rows and the bytes
 // of weights one step reads.
 func ourSpeed(path string, o speedOpts, bw float64) ([]speedRow, int64, error) {
-	m, err := benchModel(path)
+	m, err := benchModel(path, o.backend)
 	if err != nil {
 		return nil, 0, err
 	}

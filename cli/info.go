@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"kvscope/engine/backend/native"
 	"os"
 	"strings"
 
@@ -17,6 +18,7 @@ import (
 func infoCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("info", "-m FILE", stderr)
 	path := fs.String("m", "", "GGUF model `file`")
+	be := backendFlag(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -40,6 +42,11 @@ func infoCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "name:          %s\n", name)
 	}
 	fmt.Fprintf(stdout, "architecture:  %s\n", c.Arch)
+	if _, note, err := native.Choose(*be); err != nil {
+		return err
+	} else {
+		fmt.Fprintf(stdout, "compute:       %s\n", note)
+	}
 	fmt.Fprintf(stdout, "parameters:    %s (%d)\n", humanize.SIWithDigits(float64(m.Params()), 2, ""), m.Params())
 	fmt.Fprintf(stdout, "layers:        %d, dim %d, feed-forward %d\n", c.Layers, c.Dim, c.FFDim)
 	fmt.Fprintf(stdout, "heads:         %d query, %d key/value, head dim %d\n", c.Heads, c.KVHeads, c.HeadDim)

@@ -18,6 +18,7 @@ func perplexityCmd(args []string, stdout, stderr io.Writer) error {
 	file := fs.String("f", "", "text `file` to score")
 	cfg := engine.DefaultConfig()
 	addCacheFlags(fs, &cfg)
+	be := backendFlag(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -27,11 +28,12 @@ func perplexityCmd(args []string, stdout, stderr io.Writer) error {
 	if cfg.Context == 1 {
 		return fs.usageErr("-c 1: a window of 1 token scores nothing; give at least 2 (or 0 for the model's context)")
 	}
-	l, ids, err := loadText(*path, *file)
+	l, ids, err := loadText(*path, *file, *be)
 	if err != nil {
 		return err
 	}
 	defer l.close()
+	fmt.Fprintln(stderr, l.backend)
 	ppl, n, win, err := perplexity(l.m, ids, cfg)
 	if err != nil {
 		return err
@@ -44,12 +46,12 @@ func perplexityCmd(args []string, stdout, stderr io.Writer) error {
 
 // loadText reads a text file, loads a model and tokenizes the text with it
 // (BOS first).
-func loadText(model, file string) (*loaded, []int, error) {
+func loadText(model, file, be string) (*loaded, []int, error) {
 	text, err := readText(file)
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := load(model)
+	l, err := load(model, be)
 	if err != nil {
 		return nil, nil, err
 	}

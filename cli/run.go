@@ -38,6 +38,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	cfg := engine.DefaultConfig()
 	intVar(fs, &cfg.Sched.MaxSeqs, "parallel", 1, maxParallel, "most sequences decoding at once")
 	addCacheFlags(fs, &cfg)
+	be := backendFlag(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -56,11 +57,12 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.Sched.StepTokens = max(cfg.Sched.StepTokens, cfg.Sched.MaxSeqs)
-	l, err := load(*model)
+	l, err := load(*model, *be)
 	if err != nil {
 		return err
 	}
 	defer l.close()
+	fmt.Fprintln(stderr, l.backend)
 	e, err := l.engine(cfg)
 	if err != nil {
 		return err

@@ -2,19 +2,29 @@ package cli
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"kvscope/engine"
+	"kvscope/engine/backend/native"
 	"kvscope/engine/model"
 	"kvscope/engine/tokenizer"
 )
 
-// loaded is a model with its tokenizer.
+// loaded is a model with its tokenizer, on its backend.
 type loaded struct {
-	m   *model.Model
-	tok *tokenizer.Tokenizer
+	m       *model.Model
+	tok     *tokenizer.Tokenizer
+	backend string // one sentence: which backend runs and why
 }
 
-func load(path string) (*loaded, error) {
+// load opens a model file and moves it onto the backend called be (see
+// native.Choose; "" means $KVSCOPE_BACKEND, else the best that loads).
+func load(path, be string) (*loaded, error) {
+	b, note, err := native.Choose(be)
+	if err != nil {
+		return nil, err
+	}
 	m, err := model.Load(path)
 	if err != nil {
 		return nil, fileErr("m", err)
@@ -24,7 +34,25 @@ func load(path string) (*loaded, error) {
 		m.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &loaded{m: m, tok: tok}, nil
+	if err := m.Use(b); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return &loaded{m: m, tok: tok, backend: note}, nil
+}
+
+// backendFlag defines --backend, checked as it is parsed.
+func backendFlag(fs *flagSet) *string {
+	name := ""
+	fs.Func("backend", "compute `backend`: "+strings.Join(native.Backends, ", ")+" or auto (default $"+native.BackendEnv+", else auto: the first of those that loads)", func(s string) error {
+		s = strings.ToLower(s)
+		if s != "auto" && !slices.Contains(native.Backends, s) {
+			return fmt.Errorf("want one of %s or auto", strings.Join(native.Backends, ", "))
+		}
+		name = s
+		return nil
+	})
+	return &name
 }
 
 func (l *loaded) close() { l.m.Close() }

@@ -20,8 +20,17 @@ func load(t testing.TB, rel string) *Model {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
+	if testBackend != nil {
+		if err := m.Use(testBackend); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return m
 }
+
+// testBackend, when set, is the backend load moves models onto: the tests
+// that run on every backend set it for their run (see TestNativeBackend).
+var testBackend backend.Backend
 
 // seq is one sequence with a contiguous block table, for tests.
 type seq struct {

@@ -1,0 +1,184 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"kvscope/engine/backend"
+	"kvscope/engine/kvstore"
+	"kvscope/engine/quant"
+)
+
+// Backend is the native CPU library behind engine/backend's interface. It
+// is a host backend: buffers, weights and the K/V pool are the Go backend's
+// (Go slices, the mapped file's bytes, a *kvstore.Store), so it hands to C
+// only the operations it computes faster (matmul, RMSNorm, RoPE, SwiGLU,
+// add, K/V writes, paged attention) and leaves the rest (embedding rows,
+// gathers, reads) to Go. A weight type or K/V precision the library lacks
+// falls back to Go for that tensor or pool, and Fallbacks says which.
+type Backend struct {
+	backend.Backend // the Go backend: handles and the operations kept in Go
+	lib             *Lib
+
+	mu        sync.Mutex
+	err       error           // the first failure since the last Read or Sync
+	fallbacks map[string]bool // what fell back to Go, once each
+	goTypes   map[quant.Type]bool
+	goWrites  map[kvstore.Precision]bool
+}
+
+// NewBackend returns the backend computing with lib.
+func NewBackend(lib *Lib) *Backend {
+	return &Backend{Backend: backend.Go(), lib: lib, fallbacks: map[string]bool{},
+		goTypes: map[quant.Type]bool{}, goWrites: map[kvstore.Precision]bool{}}
+}
+
+// Name is "cpu".
+func (b *Backend) Name() string { return "cpu" }
+
+// Lib returns the library the backend computes with.
+func (b *Backend) Lib() *Lib { return b.lib }
+
+// Fallbacks lists, in no order, what this backend handed back to Go
+// because the library lacks it (a weight type, a K/V precision's writes).
+func (b *Backend) Fallbacks() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for f := range b.fallbacks {
+		out = append(out, f)
+	}
+	return out
+}
+
+// fail records an operation's failure for the next Read or Sync.
+func (b *Backend) fail(op string, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		b.err = fmt.Errorf("native %s: %w", op, err)
+	}
+}
+
+func (b *Backend) takeErr() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	err := b.err
+	b.err = nil
+	return err
+}
+
+// Read copies values out (see backend.Backend) and reports the first
+// failure since the last Read or Sync.
+func (b *Backend) Read(dst []float32, src backend.Buffer, off int) error {
+	if err := b.takeErr(); err != nil {
+		return err
+	}
+	return b.Backend.Read(dst, src, off)
+}
+
+// Sync reports the first failure since the last Read or Sync.
+func (b *Backend) Sync() error { return b.takeErr() }
+
+// MatMul multiplies in C, or in Go for a weight type the library lacks.
+func (b *Backend) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer, n int) {
+	t, rows, cols, data, bias := backend.HostWeight(w)
+	b.mu.Lock()
+	inGo := b.goTypes[t]
+	b.mu.Unlock()
+	if !inGo {
+		o := backend.HostFloats(out)[:n*rows]
+		err := b.lib.MatMul(t, data, rows, cols, backend.HostFloats(x)[:n*cols], n, o)
+		switch {
+		case err == nil:
+			for r := 0; r < len(o) && bias != nil; r += rows {
+				row := o[r : r+rows]
+				for i, v := range bias {
+					row[i] += v
+				}
+			}
+			return
+		case errors.Is(err, ErrUnsupported):
+			b.mu.Lock()
+			b.goTypes[t] = true
+			b.fallbacks[fmt.Sprintf("%s weights multiply in Go", t)] = true
+			b.mu.Unlock()
+		default:
+			b.fail("matmul", err)
+			return
+		}
+	}
+	b.Backend.MatMul(out, w, x, n)
+}
+
+// RMSNorm normalizes n rows of dim values in C.
+func (b *Backend) RMSNorm(out, x, weight backend.Buffer, n, dim int, eps float32) {
+	o, xs := backend.HostFloats(out)[:n*dim], backend.HostFloats(x)[:n*dim]
+	if err := b.lib.RMSNorm(o, xs, backend.HostFloats(weight)[:dim], dim, eps); err != nil {
+		b.fail("rmsnorm", err)
+	}
+}
+
+// RoPE rotates in C.
+func (b *Backend) RoPE(x backend.Buffer, heads int, pos []int32, r *backend.Rope) {
+	xs := backend.HostFloats(x)[:len(pos)*heads*r.HeadDim]
+	if err := b.lib.RoPE(xs, heads, r.HeadDim, r.Dims, pos, r.Base, r.Scale, r.Freqs, r.NeoX); err != nil {
+		b.fail("rope", err)
+	}
+}
+
+// SwiGLU runs in C.
+func (b *Backend) SwiGLU(gate, up backend.Buffer, count int) {
+	g := backend.HostFloats(gate)[:count]
+	if err := b.lib.SwiGLU(g, g, backend.HostFloats(up)[:count]); err != nil {
+		b.fail("swiglu", err)
+	}
+}
+
+// Add runs in C.
+func (b *Backend) Add(x, y backend.Buffer, count int) {
+	if err := b.lib.Add(backend.HostFloats(x)[:count], backend.HostFloats(y)[:count]); err != nil {
+		b.fail("add", err)
+	}
+}
+
+// WriteKV writes in C, or in Go for keys the library does not quantize
+// (int8 and int4 keys, quantized across a block's tokens).
+func (b *Backend) WriteKV(c backend.Cache, layer int, k, v backend.Buffer, slots []int32) {
+	st := backend.HostStore(c)
+	cfg := st.Config()
+	row := cfg.KVHeads * cfg.HeadDim
+	b.mu.Lock()
+	inGo := b.goWrites[cfg.K] || b.goWrites[cfg.V]
+	b.mu.Unlock()
+	if !inGo {
+		err := b.lib.WriteKV(st, layer, backend.HostFloats(k)[:len(slots)*row], backend.HostFloats(v)[:len(slots)*row], slots)
+		switch {
+		case err == nil:
+			return
+		case errors.Is(err, ErrUnsupported):
+			b.mu.Lock()
+			b.goWrites[cfg.K], b.goWrites[cfg.V] = true, true
+			b.fallbacks[fmt.Sprintf("K %s / V %s writes run in Go", cfg.K, cfg.V)] = true
+			b.mu.Unlock()
+		default:
+			b.fail("K/V write", err)
+			return
+		}
+	}
+	b.Backend.WriteKV(c, layer, k, v, slots)
+}
+
+// Attention runs in C, reading K and V in place from the store's blocks.
+func (b *Backend) Attention(out backend.Buffer, c backend.Cache, layer int, q backend.Buffer, heads int, r *backend.Rows) {
+	st := backend.HostStore(c)
+	cfg := st.Config()
+	w := heads * cfg.HeadDim
+	scale := float32(1 / math.Sqrt(float64(cfg.HeadDim)))
+	err := b.lib.AttentionRows(st, layer, heads, scale, backend.HostFloats(q)[:len(r.Pos)*w], r.Pos, r.Seqs, r.TableStart, r.Tables, backend.HostFloats(out)[:len(r.Pos)*w])
+	if err != nil {
+		b.fail("attention", err)
+	}
+}
