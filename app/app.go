@@ -21,6 +21,7 @@ import (
 	"kvscope/app/store"
 	"kvscope/app/uithread"
 	"kvscope/engine"
+	"kvscope/engine/backend/native"
 	"kvscope/engine/kvcache"
 )
 
@@ -325,9 +326,9 @@ func (a *App) openAsync(path string) {
 	a.opening = name
 	a.setStatus("Loading " + name + "…")
 	// Read here: the settings and the slider belong to the UI goroutine.
-	cfg, delay := a.cacheConfig(), a.teach.delayValue()
+	cfg, delay, be := a.cacheConfig(), a.teach.delayValue(), a.settings.Backend
 	go func() {
-		l, e, problems, err := load(path, cfg, delay)
+		l, e, problems, err := load(path, cfg, delay, be)
 		uithread.Do(func() {
 			a.opening = ""
 			if err != nil {
@@ -340,15 +341,28 @@ func (a *App) openAsync(path string) {
 	}()
 }
 
-// load opens a model and starts an engine on it with cfg, the saved
+// load opens a model on compute backend be (native.Choose's names; "":
+// the best that loads) and starts an engine on it with cfg, the saved
 // settings, at the slow-motion delay. It runs off the UI goroutine and
 // touches nothing of the App: what the user should hear about (settings
-// this model cannot take) comes back in problems, for use to show.
-func load(path string, cfg engine.Config, delay time.Duration) (l *loaded, e *engine.Engine, problems []string, err error) {
+// this model cannot take, a backend that does not load) comes back in
+// problems, for use to show.
+func load(path string, cfg engine.Config, delay time.Duration, be string) (l *loaded, e *engine.Engine, problems []string, err error) {
 	l, err = loadModel(path)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	b, note, err := native.Choose(be)
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("The %s backend does not load (%v); the best that does runs instead.", be, err))
+		b, note, _ = native.Choose("auto")
+	}
+	if err := l.m.Use(b); err != nil {
+		problems = append(problems, fmt.Sprintf("%v; the Go backend runs instead.", err))
+		l.m.Use(nil)
+		note = "backend go: the fallback"
+	}
+	l.backend = note
 	e, err = engine.New(l.m, l.tok, cfg)
 	if err != nil {
 		// Saved settings this model cannot take: fall back to the defaults.
@@ -372,13 +386,14 @@ func load(path string, cfg engine.Config, delay time.Duration) (l *loaded, e *en
 func (a *App) OpenModel(path string) error {
 	var cfg engine.Config
 	var delay time.Duration
+	var be string
 	got := make(chan struct{})
 	uithread.Do(func() {
-		cfg, delay = a.cacheConfig(), a.teach.delayValue()
+		cfg, delay, be = a.cacheConfig(), a.teach.delayValue(), a.settings.Backend
 		close(got)
 	})
 	<-got
-	l, e, problems, err := load(path, cfg, delay)
+	l, e, problems, err := load(path, cfg, delay, be)
 	if err != nil {
 		return err
 	}
@@ -447,7 +462,7 @@ func (a *App) use(l *loaded, e *engine.Engine, problems []string, delay time.Dur
 	a.info.Items = items
 	a.info.Refresh()
 	a.controls.show(e.Config(), e.Snapshot())
-	status := fmt.Sprintf("%s: %d layers, context %d tokens.", l.name, l.m.Layers, l.m.Context)
+	status := fmt.Sprintf("%s: %d layers, context %d tokens; %s.", l.name, l.m.Layers, l.m.Context, l.backend)
 	if len(a.problems) > 0 {
 		status += " " + strings.Join(a.problems, " ")
 		a.problems = nil

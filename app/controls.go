@@ -12,6 +12,7 @@ import (
 	"kvscope/app/store"
 	"kvscope/app/uithread"
 	"kvscope/engine"
+	"kvscope/engine/backend/native"
 	"kvscope/engine/kvcache"
 	"kvscope/engine/kvstore"
 )
@@ -40,6 +41,7 @@ type controls struct {
 	allocator *widget.RadioGroup
 	seqs      *widget.Slider
 	seqsLab   *widget.Label
+	backend   *widget.Select // the compute backend: choosing one reloads the model
 	result    *widget.Label
 	pool      *widget.Label
 	root      fyne.CanvasObject
@@ -108,6 +110,12 @@ func newControls(a *App) *controls {
 	c.seqs.OnChangeEnded = func(f float64) {
 		c.apply(func(cfg *engine.Config) { cfg.Sched.MaxSeqs = int(f) })
 	}
+	c.backend = widget.NewSelect(append([]string{"auto"}, native.Backends...), func(s string) {
+		if c.loading {
+			return
+		}
+		c.chooseBackend(s)
+	})
 	c.result = widget.NewLabel("Changes apply at once, while chats run. Settings that need a new pool drain the running sequences, rebuild it and recompute them.")
 	c.result.Wrapping = fyne.TextWrapWord
 	c.pool = widget.NewLabel("")
@@ -127,6 +135,7 @@ func newControls(a *App) *controls {
 		widget.NewFormItem("Context overflow", c.overflow),
 		widget.NewFormItem("Allocator", c.allocator),
 		widget.NewFormItem("Max sequences", row(c.seqs, c.seqsLab)),
+		widget.NewFormItem("Compute backend", c.backend),
 	)
 	c.root = container.NewVScroll(container.NewVBox(form, c.pool, c.result))
 	c.show(engine.DefaultConfig(), nil)
@@ -170,6 +179,11 @@ func (c *controls) show(cfg engine.Config, s *engine.Snapshot) {
 	c.budgetLab.SetText(budgetText(cfg.Cache.Budget))
 	c.k.SetSelected(cfg.Cache.K.String())
 	c.v.SetSelected(cfg.Cache.V.String())
+	if be := c.a.settings.Backend; be != "" {
+		c.backend.SetSelected(be)
+	} else {
+		c.backend.SetSelected("auto")
+	}
 	c.eviction.SetSelected(cfg.Cache.Eviction.String())
 	c.preempt.SetSelected(cfg.Cache.Preempt.String())
 	c.overflow.SetSelected(cfg.Cache.Overflow.String())
@@ -367,4 +381,23 @@ func engineConfig(s *store.Cache) (engine.Config, error) {
 		return engine.DefaultConfig(), fmt.Errorf("saved cache settings ignored: %s", strings.Join(errs, "; "))
 	}
 	return cfg, nil
+}
+
+// chooseBackend saves the compute backend the user picked and reloads the
+// model on it (its conversations stay; replies under way end as
+// interrupted). A backend that does not load is said in the status line,
+// and the best that does runs instead.
+func (c *controls) chooseBackend(name string) {
+	if name == "auto" {
+		name = ""
+	}
+	if name == c.a.settings.Backend {
+		return
+	}
+	c.a.settings.Backend = name
+	c.a.saveSettings()
+	if m := c.a.mdl; m != nil {
+		c.result.SetText("Reloading " + m.name + " on the " + c.backend.Selected + " backend…")
+		c.a.openAsync(m.path)
+	}
 }

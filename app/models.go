@@ -28,6 +28,8 @@ type loaded struct {
 	path string // the file, or DemoModel
 	name string // general.name, or the file's base name
 	size int64  // file bytes
+	// backend says which compute backend runs and why (one sentence).
+	backend string
 }
 
 // loadModel opens a GGUF file, or the demo model when path is DemoModel.

@@ -94,6 +94,9 @@ type Settings struct {
 	RecentModels []string `json:"recent_models,omitempty"`
 	Cache        *Cache   `json:"cache,omitempty"`
 	HeatmapMode  string   `json:"heatmap_mode,omitempty"`
+	// Backend is the compute backend chosen in Controls ("go", "cpu",
+	// ...); empty: $KVSCOPE_BACKEND, else the best that loads.
+	Backend string `json:"backend,omitempty"`
 }
 
 // MaxRecent is how many recent models Settings keeps.
