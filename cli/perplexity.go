@@ -12,7 +12,7 @@ import (
 	"kvscope/engine/sample"
 )
 
-func perplexityCmd(args []string, stdout, stderr io.Writer) error {
+func perplexityCmd(args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("perplexity", "-m FILE -f TEXTFILE", stderr)
 	path := fs.String("m", "", "GGUF model `file`")
 	file := fs.String("f", "", "text `file` to score")
@@ -33,7 +33,11 @@ func perplexityCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer l.close()
-	fmt.Fprintln(stderr, l.backend)
+	defer func() {
+		if err == nil { // a failure's one line stays one line
+			fmt.Fprintln(stderr, l.backend)
+		}
+	}()
 	ppl, n, win, err := perplexity(l.m, ids, cfg)
 	if err != nil {
 		return err

@@ -20,7 +20,7 @@ import (
 // defaultTokens is run's -n default.
 const defaultTokens = 256
 
-func runCmd(args []string, stdout, stderr io.Writer) error {
+func runCmd(args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("run", "-m FILE -p PROMPT [-p PROMPT ...] [-n N] [--temp T] [--seed S]", stderr)
 	model := fs.String("m", "", "GGUF model `file`")
 	var ps prompts
@@ -62,7 +62,11 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer l.close()
-	fmt.Fprintln(stderr, l.backend)
+	defer func() {
+		if err == nil { // a failure's one line stays one line
+			fmt.Fprintln(stderr, l.backend)
+		}
+	}()
 	e, err := l.engine(cfg)
 	if err != nil {
 		return err

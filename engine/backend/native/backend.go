@@ -35,6 +35,22 @@ func NewBackend(lib *Lib) *Backend {
 		goTypes: map[quant.Type]bool{}, goWrites: map[kvstore.Precision]bool{}}
 }
 
+// Weight copies the matrix's bytes (and bias) into memory of its own before
+// handing them to C. The model's file is memory-mapped: a read of a page the
+// file lost on disk (truncated or rewritten while in use) faults, and a
+// fault inside C code kills the process, where Go code can recover it
+// (debug.SetPanicOnFault). With a copy, a change on disk cannot reach the
+// computation at all.
+func (b *Backend) Weight(t quant.Type, rows, cols int, data []byte, bias []float32) (backend.Weight, error) {
+	own := make([]byte, len(data))
+	copy(own, data)
+	var ob []float32
+	if bias != nil {
+		ob = append([]float32(nil), bias...)
+	}
+	return b.Backend.Weight(t, rows, cols, own, ob)
+}
+
 // Name is "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
