@@ -49,16 +49,19 @@ test: deps $(NATIVE_LIB)
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s ./engine/gguf
 
-# bench prints prefill and decode speed on TinyLlama-shaped models with
+# bench prints prefill and decode speed (on the backend auto picks: the
+# native CPU library once built) on TinyLlama-shaped models with
 # random Q4_0 and Q8_0 weights beside the machine's bandwidth limit and,
 # where $(TESTDATA)/peers/llama.cpp/bin holds llama.cpp's benchmarks, beside
 # llama.cpp's figures measured on the same files in the same run; then the
-# K/V precision and allocator tables, and kernel throughput in GB/s.
+# K/V precision and allocator tables, and the Go and native kernels'
+# throughput in GB/s.
 bench: build $(NATIVE_LIB)
 	./$(BIN) bench speed --peer $(TESTDATA)/peers/llama.cpp/bin
 	./$(BIN) bench cache
 	@echo "Matrix kernels: MB/s of weights read (bench speed above measured this machine's read bandwidth, the bound for one vector)"
 	$(GO) test -run '^$$' -bench 'MatMul' -benchtime 20x ./engine/quant
+	$(GO) test -run '^$$' -bench 'MatMul' -benchtime 20x ./engine/backend/native
 
 # screenshot opens the real window under Xvfb at 1280x800, runs a short
 # scripted session (two conversations, the "shared system prompt" lesson)
