@@ -27,39 +27,10 @@ func TestMain(m *testing.M) {
 // backend, which reads the weights from the file's mapping, ends the run
 // with an error that names the file, not with SIGBUS.
 func TestModelTruncatedWhileRunning(t *testing.T) {
-	src := testshared.Path(t, "models/stories260K.gguf")
-	path := filepath.Join(t.TempDir(), "model.gguf")
-	copyFile(t, src, path)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	// A rolling window never fills: the run goes on until the file goes.
-	cmd := exec.CommandContext(ctx, os.Args[0], "run", "-m", path, "-p", "Once upon a time", "-n", "16000000",
-		"--overflow", "rolling", "--temp", "0", "--backend", "go")
-	cmd.Env = append(os.Environ(), "KVSCOPE_CLI_CHILD=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// Truncate once text is streaming.
-	buf := make([]byte, 256)
-	if _, err := io.ReadAtLeast(out, buf, 64); err != nil {
-		t.Fatalf("no output before truncating: %v (stderr %q)", err, stderr.String())
-	}
-	if err := os.Truncate(path, 0); err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, out)
-	err = cmd.Wait()
+	path, cmd, stderr := truncateUnderRun(t, "-n", "16000000", "--backend", "go")
+	err := cmd.Wait()
 	msg := stderr.String()
-	if ctx.Err() != nil {
-		t.Fatalf("the run did not end after the model was truncated; stderr %q", msg)
-	}
 	if err == nil {
 		t.Fatalf("the run exited 0 after its model was truncated; stderr %q", msg)
 	}
@@ -78,16 +49,29 @@ func TestModelTruncatedWhileRunning(t *testing.T) {
 // cannot be recovered), so a model truncated under it does not matter: the
 // run goes on to its end.
 func TestModelTruncatedUnderTheNativeBackend(t *testing.T) {
-	src := testshared.Path(t, "models/stories260K.gguf")
+	_, cmd, stderr := truncateUnderRun(t, "-n", "3000", "--backend", "cpu")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the run failed after its model was truncated: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "backend cpu") {
+		t.Fatalf("the run did not say it ran on the native backend: %q", stderr.String())
+	}
+}
+
+// truncateUnderRun starts `kvscope run` with a rolling window on a copy of
+// stories260K, truncates the copy once text streams, and returns the copy's
+// path, the command (to Wait for; its output is drained) and its stderr.
+func truncateUnderRun(t *testing.T, args ...string) (string, *exec.Cmd, *bytes.Buffer) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "model.gguf")
-	copyFile(t, src, path)
+	copyFile(t, testshared.Path(t, "models/stories260K.gguf"), path)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "run", "-m", path, "-p", "Once upon a time", "-n", "3000",
-		"--overflow", "rolling", "--temp", "0", "--backend", "cpu")
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"run", "-m", path, "-p", "Once upon a time",
+		"--overflow", "rolling", "--temp", "0"}, args...)...)
 	cmd.Env = append(os.Environ(), "KVSCOPE_CLI_CHILD=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := new(bytes.Buffer)
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -97,8 +81,9 @@ func TestModelTruncatedUnderTheNativeBackend(t *testing.T) {
 	}
 	buf := make([]byte, 256)
 	if _, err := io.ReadAtLeast(out, buf, 64); err != nil {
-		if strings.Contains(stderr.String(), "backend \"cpu\"") {
-			t.Skipf("the native library does not load: %s", stderr.String())
+		cmd.Wait()
+		if strings.Contains(stderr.String(), "backend \"") {
+			t.Skipf("the backend does not load: %s", stderr.String())
 		}
 		t.Fatalf("no output before truncating: %v (stderr %q)", err, stderr.String())
 	}
@@ -106,12 +91,7 @@ func TestModelTruncatedUnderTheNativeBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	io.Copy(io.Discard, out)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("the run failed after its model was truncated: %v\n%s", err, stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "backend cpu") {
-		t.Fatalf("the run did not say it ran on the native backend: %q", stderr.String())
-	}
+	return path, cmd, stderr
 }
 
 func copyFile(t *testing.T, from, to string) {
