@@ -29,13 +29,19 @@ type Message struct {
 	// Assistant messages: how the reply ended ("stop", "length",
 	// "cancelled", "error", "interrupted" when the app stopped while it was
 	// generating, "" while generating), its tokens and speed.
-	Finish string    `json:"finish,omitempty"`
-	Error  string    `json:"error,omitempty"`
-	Tokens int       `json:"tokens,omitempty"`
-	TPS    float64   `json:"tps,omitempty"`
-	Cached int       `json:"cached,omitempty"` // prompt tokens reused from the prefix cache
-	Prompt int       `json:"prompt,omitempty"` // prompt tokens
-	Time   time.Time `json:"time"`
+	Finish string  `json:"finish,omitempty"`
+	Error  string  `json:"error,omitempty"`
+	Tokens int     `json:"tokens,omitempty"`
+	TPS    float64 `json:"tps,omitempty"`
+	Cached int     `json:"cached,omitempty"` // prompt tokens reused from the prefix cache
+	Prompt int     `json:"prompt,omitempty"` // prompt tokens
+	// IDs are an assistant reply's generated token ids, as the model
+	// produced them, so that the next prompt holds exactly the ids the
+	// prefix cache holds; Vocab names the vocabulary they belong to (see
+	// package app/chat), and ids of another vocabulary are not used.
+	IDs   []int     `json:"ids,omitempty"`
+	Vocab string    `json:"vocab,omitempty"`
+	Time  time.Time `json:"time"`
 }
 
 // Sampling are a conversation's sampling settings.
@@ -62,6 +68,12 @@ type Conversation struct {
 	Sampling Sampling  `json:"sampling"`
 	Messages []Message `json:"messages"`
 	Draft    string    `json:"draft,omitempty"`
+	// Plain makes the conversation plain completion even where the model
+	// has a chat template.
+	Plain bool `json:"plain,omitempty"`
+	// Thinking, when set, is the enable_thinking of Qwen 3-style chat
+	// templates; nil leaves it to the template (which reads it as on).
+	Thinking *bool     `json:"thinking,omitempty"`
 	Created  time.Time `json:"created"`
 	Updated  time.Time `json:"updated"`
 }

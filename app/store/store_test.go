@@ -10,13 +10,15 @@ import (
 	"time"
 )
 
+var off = false
+
 func sample() Conversations {
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	return Conversations{Version: Version, Selected: 2, NextID: 3, List: []Conversation{
 		{ID: 1, Title: "Stories", System: "You tell stories.", Sampling: DefaultSampling(), Created: t0, Updated: t0,
 			Messages: []Message{{Role: "user", Text: "Once upon a time", Time: t0},
-				{Role: "assistant", Text: " there was a cat.", Finish: "stop", Tokens: 6, TPS: 41.5, Time: t0}}},
-		{ID: 2, Title: "Draft only", Draft: "half a sentence typed", Sampling: DefaultSampling(), Created: t0, Updated: t0},
+				{Role: "assistant", Text: " there was a cat.", Finish: "stop", Tokens: 6, TPS: 41.5, IDs: []int{727, 471, 263, 6635, 29889, 2}, Vocab: "v1-0123456789abcdef", Time: t0}}},
+		{ID: 2, Title: "Draft only", Draft: "half a sentence typed", Sampling: DefaultSampling(), Plain: true, Thinking: &off, Created: t0, Updated: t0},
 	}}
 }
 
@@ -156,6 +158,30 @@ func TestInterruptedReplies(t *testing.T) {
 	}
 	if got.NextID != 3 {
 		t.Errorf("NextID %d, want 3", got.NextID)
+	}
+}
+
+// A conversations file written before replies kept their token ids and
+// conversations their template choices still loads: no ids, the model's
+// template, the template's own thinking default.
+func TestOldFileLoads(t *testing.T) {
+	s, _ := Open(t.TempDir())
+	old := `{"version": 1, "selected": 1, "next_id": 2, "conversations": [{"id": 1, "title": "Old", "sampling": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1, "max_tokens": 256, "seed": 0},
+		"messages": [{"role": "user", "text": "Hi", "time": "2026-11-29T12:00:00Z"}, {"role": "assistant", "text": " there", "finish": "stop", "tokens": 1, "prompt": 3, "cached": 0, "time": "2026-11-29T12:00:00Z"}],
+		"created": "2026-11-29T12:00:00Z", "updated": "2026-11-29T12:00:00Z"}]}`
+	if err := os.WriteFile(filepath.Join(s.Dir(), ConversationsFile), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.LoadConversations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.List) != 1 || len(got.List[0].Messages) != 2 {
+		t.Fatalf("loaded %+v", got)
+	}
+	c := got.List[0]
+	if c.Plain || c.Thinking != nil || c.Messages[1].IDs != nil || c.Messages[1].Vocab != "" || c.Messages[1].Text != " there" {
+		t.Errorf("old conversation came back as %+v", c)
 	}
 }
 
