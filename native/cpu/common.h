@@ -25,6 +25,8 @@ struct kvs_ops {
 	int (*quantize_acts)(uint32_t type, const float *x, int64_t cols, int64_t n, void *qx);
 	int (*matmul)(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
 	              const float *x, const void *qx, int64_t n, float *out);
+	int (*matmul_packed)(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
+	                     const void *qx, int64_t n, float *out);
 	int (*rmsnorm)(float *out, const float *x, const float *weight, int64_t n, int64_t dim, float eps);
 	int (*rope)(float *x, int64_t n, int64_t heads, int64_t head_dim, int64_t rope_dim, const int32_t *pos,
 	            float base, float scale, const float *freq_factors, int neox);

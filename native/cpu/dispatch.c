@@ -151,6 +151,23 @@ int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t
 	return ops()->matmul(type, w, rows, cols, row0, row1, x, qx, n, out);
 }
 
+int64_t kvs_packed_bytes(uint32_t type, int64_t rows, int64_t cols) {
+	if (type != 2 && type != 8) return KVS_ERR_TYPE;
+	if (rows <= 0 || rows > ((int64_t)1 << 32) || kvs_row_bytes(type, cols) == 0) return KVS_ERR_ARG;
+	return (rows + KVS_PACK_ROWS - 1) / KVS_PACK_ROWS * (cols / 32) * (type == 2 ? 256 + 32 : 512 + 32);
+}
+
+int kvs_matmul_packed(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
+                      const void *qx, int64_t n, float *out) {
+	int64_t size = kvs_packed_bytes(type, rows, cols);
+	if (size < 0) return (int)size;
+	if (row0 < 0 || row1 < row0 || row1 > rows || row0 % KVS_PACK_ROWS || (row1 % KVS_PACK_ROWS && row1 != rows) ||
+	    n < 0 || n > ((int64_t)1 << 24) || !wp || !qx || !out)
+		return KVS_ERR_ARG;
+	if (row0 == row1 || n == 0) return KVS_OK;
+	return ops()->matmul_packed(type, wp, rows, cols, row0, row1, qx, n, out);
+}
+
 int kvs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, int64_t dim, float eps) {
 	if (n < 0 || dim <= 0 || !out || !x || !weight) return KVS_ERR_ARG;
 	return ops()->rmsnorm(out, x, weight, n, dim, eps);

@@ -90,17 +90,9 @@ static inline __attribute__((always_inline)) void mm32_tile(uint32_t type, const
 			const uint8_t *blk = w + ((r0 + rr) * nb + i) * tsz;
 			float d = kvs_h2f(kvs_le16(blk));
 			switch (type) {
-			case 8: { /* Q8_0: d | qs[32] int8, x = d*q */
-				kvs_b32 c = (kvs_b32)load32(blk + 2);
-				for (int v = 0; v < nv; v++) acc[rr][v] += CVT(lanes_s8s8(c, a[v * nb].q)) * (d * a[v * nb].d);
-				break;
-			}
-			case 2:  /* Q4_0: d | qs[16], x = d*(q-8) */
 			case 6:  /* Q5_0: d | qh | qs[16], x = d*(q-16) */
 			case 20: { /* IQ4_NL: d | qs[16], x = d*kvalues[q] */
-				kvs_b32 c = type == 2   ? (kvs_b32)unpack_nib(blk + 2) - 8
-				            : type == 6 ? (kvs_b32)unpack5(blk + 2, blk + 6) - 16
-				                        : iq4nl(unpack_nib(blk + 2));
+				kvs_b32 c = type == 6 ? (kvs_b32)unpack5(blk + 2, blk + 6) - 16 : iq4nl(unpack_nib(blk + 2));
 				for (int v = 0; v < nv; v++) acc[rr][v] += CVT(lanes_s8s8(c, a[v * nb].q)) * (d * a[v * nb].d);
 				break;
 			}
@@ -119,16 +111,16 @@ static inline __attribute__((always_inline)) void mm32_tile(uint32_t type, const
 		for (int v = 0; v < nv; v++) out[(b0 + v) * rows + r0 + rr] = lane_sum8(acc[rr][v]) + accm[rr][v];
 }
 
-/* mm32 multiplies rows of a 32-element block type. Per (row, vector), in
+/* mm32 multiplies rows of Q4_1, Q5_0, Q5_1 or IQ4_NL. Per (row, vector), in
  * block order: acc += float(lane sums of codes × activation codes) × (dw·dx)
- * (Q4_0 and Q5_0 codes signed: q-8, q-16), then for Q4_1 and Q5_1
+ * (Q5_0 codes signed: q-16), then for Q4_1 and Q5_1
  * accm += (mw·dx)·float(s), s the block's activation code sum. Tiles are
  * 4 rows × 1 vector for one vector (independent sums to overlap), else
  * 2 rows × 4 vectors (weights decoded once for four vectors). */
 static void mm32(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                  const struct act32 *qx, int64_t n, float *out) {
 	int64_t nb = cols / 32;
-	int64_t tsz = type == 2 || type == 20 ? 18 : type == 3 ? 20 : type == 6 ? 22 : type == 7 ? 24 : 34;
+	int64_t tsz = type == 20 ? 18 : type == 3 ? 20 : type == 6 ? 22 : 24;
 #define TILE(R, V) mm32_tile(type, w, rows, nb, tsz, r0, b0, qx, out, R, V)
 	/* Chunks of rows small enough to stay in cache while every group of
 	 * vectors passes over them. */
@@ -267,6 +259,34 @@ static void mmk(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int
 	}
 }
 
+/* mm_exact multiplies rows of Q4_0 or Q8_0 in kvscope.h's order for them
+ * (kvs_matmul_packed's): per block an exact integer sum, then one float sum
+ * acc += float(isum) * (dw*dx). */
+static void mm_exact(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
+                     const struct act32 *qx, int64_t n, float *out) {
+	int64_t nb = cols / 32, tsz = type == 2 ? 18 : 34;
+	for (int64_t r = row0; r < row1; r++) {
+		const uint8_t *wr = w + r * nb * tsz;
+		for (int64_t b0 = 0; b0 < n; b0 += 4) {
+			int nv = n - b0 < 4 ? (int)(n - b0) : 4;
+			float acc[4] = {0};
+			for (int64_t i = 0; i < nb; i++) {
+				const uint8_t *blk = wr + i * tsz;
+				float d = kvs_h2f(kvs_le16(blk));
+				kvs_b32 c = type == 2 ? (kvs_b32)unpack_nib(blk + 2) - 8 : (kvs_b32)load32(blk + 2);
+				for (int v = 0; v < nv; v++) {
+					const struct act32 *a = qx + (b0 + v) * nb + i;
+					kvs_i8 l = lanes_s8s8(c, a->q);
+					int32_t s = 0;
+					for (int m = 0; m < 8; m++) s += l[m];
+					acc[v] += (float)s * (d * a->d);
+				}
+			}
+			for (int v = 0; v < nv; v++) out[(b0 + v) * rows + r] = acc[v];
+		}
+	}
+}
+
 static int matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                   const float *x, const void *qx, int64_t n, float *out) {
 	switch (type) {
@@ -286,7 +306,10 @@ static int matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int6
 		}
 		return KVS_OK;
 	}
-	case 2: case 3: case 6: case 7: case 8: case 20:
+	case 2: case 8:
+		mm_exact(type, w, rows, cols, row0, row1, qx, n, out);
+		return KVS_OK;
+	case 3: case 6: case 7: case 20:
 		mm32(type, w, rows, cols, row0, row1, qx, n, out);
 		return KVS_OK;
 	case 10: case 11: case 12: case 13: case 14:

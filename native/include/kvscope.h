@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 /* KVS_ABI_VERSION changes whenever any declaration below changes meaning. */
-#define KVS_ABI_VERSION 1
+#define KVS_ABI_VERSION 2
 
 /* kvs_status: what a function returns. */
 enum kvs_status {
@@ -109,8 +109,15 @@ KVS_API const char *kvs_path_name(int path);
  * Quantized types multiply by activations rounded to 8 bits: each activation
  * vector is cut into blocks (32 elements for Q4_0..Q8_0 and IQ4_NL, 256 for
  * K-quants) with a float scale dx = max|x|/127 and codes
- * q = round-to-even(x/dx). Per (row, vector), in block order, the weight
- * codes (Q4_0 and Q5_0 offset to signed, IQ4_NL's mapped to its levels,
+ * q = round-to-even(x/dx), s = the block's code sum.
+ *
+ * Q4_0 and Q8_0: per (row, vector), in block order, isum = the exact integer
+ * sum of the block's weight codes (Q4_0's offset to signed, q-8) times its
+ * activation codes, then acc += float(isum) * (dw*dx): one float sum, which
+ * is the result. (kvs_matmul_packed's layout, below, computes 16 rows of it at once.)
+ *
+ * The other quantized types: per (row, vector), in block order, the weight
+ * codes (Q5_0 offset to signed, IQ4_NL's mapped to its levels,
  * Q3_K's and Q6_K's kept unsigned: q+4, q+32)
  * times the activation codes (times the sub-block scales, for K-quants) are
  * summed exactly as eight int32 lanes, lane m holding elements 4m..4m+3 of
@@ -152,6 +159,31 @@ KVS_API int kvs_quantize_acts(uint32_t type, const float *x, int64_t cols, int64
  * only the named outputs are written. */
 KVS_API int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                const float *x, const void *qx, int64_t n, float *out);
+
+/*
+ * The packed layout of Q4_0 and Q8_0 weights: groups of KVS_PACK_ROWS rows
+ * (the last padded with zero rows), group g at g*nb*(cb+32) bytes, nb =
+ * cols/32 blocks, cb = 256 code bytes a block for Q4_0 and 512 for Q8_0.
+ * A group holds nb blocks of cb code bytes, then nb blocks of 16 f16 scales
+ * (row r's d at byte 2r of its 32). Block i's code bytes are chunks of 64
+ * (4 for Q4_0, 8 for Q8_0): byte 4r+j of chunk k is row r's qs[4k+j] (Q4_0:
+ * elements 4k+j in the low nibble and 16+4k+j in the high one) or qs[4k+j]
+ * + 128 (Q8_0, as unsigned). So one vector register of 16 int32 lanes takes
+ * four codes of each row, lane r for row r.
+ */
+#define KVS_PACK_ROWS 16
+
+/* kvs_packed_bytes returns the bytes of the packed form of rows×cols
+ * weights of type, KVS_ERR_TYPE for a type without one (all but Q4_0 and
+ * Q8_0), or KVS_ERR_ARG when rows or cols do not fit. */
+KVS_API int64_t kvs_packed_bytes(uint32_t type, int64_t rows, int64_t cols);
+
+/* kvs_matmul_packed is kvs_matmul over packed weights (the caller packs them),
+ * for rows [row0, row1) (row0 a multiple of KVS_PACK_ROWS, row1 too unless
+ * it is rows), with qx from kvs_quantize_acts: the same bits as
+ * kvs_matmul on the unpacked weights. */
+KVS_API int kvs_matmul_packed(uint32_t type, const void *packed, int64_t rows, int64_t cols, int64_t row0,
+                              int64_t row1, const void *qx, int64_t n, float *out);
 
 /* kvs_dequant_rows decodes rows [row0, row1) of w (as for kvs_matmul) into
  * out[(r-row0)*cols + c]: the embedding lookup. Its values are bit-identical

@@ -40,15 +40,24 @@ func NewBackend(lib *Lib) *Backend {
 // file lost on disk (truncated or rewritten while in use) faults, and a
 // fault inside C code kills the process, where Go code can recover it
 // (debug.SetPanicOnFault). With a copy, a change on disk cannot reach the
-// computation at all.
+// computation at all. Q4_0 and Q8_0 weights are not copied as they are: C
+// reads only their packed form (Lib.Pack, in Go, on the first product),
+// and the file's bytes serve Go's Embed.
 func (b *Backend) Weight(t quant.Type, rows, cols int, data []byte, bias []float32) (backend.Weight, error) {
-	own := make([]byte, len(data))
-	copy(own, data)
+	own := data
+	if !b.lib.Packable(t) {
+		own = make([]byte, len(data))
+		copy(own, data)
+	}
 	var ob []float32
 	if bias != nil {
 		ob = append([]float32(nil), bias...)
 	}
-	return b.Backend.Weight(t, rows, cols, own, ob)
+	w, err := b.Backend.Weight(t, rows, cols, own, ob)
+	if err != nil {
+		return nil, err
+	}
+	return &weight{Weight: w}, nil
 }
 
 // Name is "cpu".
@@ -98,15 +107,60 @@ func (b *Backend) Read(dst []float32, src backend.Buffer, off int) error {
 // Sync reports the first failure since the last Read or Sync.
 func (b *Backend) Sync() error { return b.takeErr() }
 
-// MatMul multiplies in C, or in Go for a weight type the library lacks.
+// weight is the backend's Weight: the Go backend's (the file's bytes in
+// place, for Embed and the Go fallback) and, made on its first product for
+// a type the library packs, the packed copy MatMul multiplies.
+type weight struct {
+	backend.Weight
+	once   sync.Once
+	packed *Packed
+}
+
+// Free drops the packed copy and the Go handle.
+func (w *weight) Free() {
+	w.packed = nil
+	w.Weight.Free()
+}
+
+// goWeight returns the Go backend's handle behind w.
+func goWeight(w backend.Weight) backend.Weight {
+	if nw, ok := w.(*weight); ok {
+		return nw.Weight
+	}
+	return w
+}
+
+// Embed decodes embedding rows in Go.
+func (b *Backend) Embed(out backend.Buffer, w backend.Weight, tokens []int32) {
+	b.Backend.Embed(out, goWeight(w), tokens)
+}
+
+// MatMul multiplies in C (Q4_0 and Q8_0 on a packed copy of the weights,
+// made on the first product), or in Go for a weight type the library lacks.
 func (b *Backend) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer, n int) {
-	t, rows, cols, data, bias := backend.HostWeight(w)
+	gw := goWeight(w)
+	t, rows, cols, data, bias := backend.HostWeight(gw)
 	b.mu.Lock()
 	inGo := b.goTypes[t]
 	b.mu.Unlock()
 	if !inGo {
 		o := backend.HostFloats(out)[:n*rows]
-		err := b.lib.MatMul(t, data, rows, cols, backend.HostFloats(x)[:n*cols], n, o)
+		xs := backend.HostFloats(x)[:n*cols]
+		var err error
+		if nw, ok := w.(*weight); ok && b.lib.Packable(t) {
+			nw.once.Do(func() {
+				p, err := b.lib.Pack(t, data, rows, cols)
+				if err != nil {
+					b.fail("pack", err)
+				}
+				nw.packed = p
+			})
+		}
+		if nw, ok := w.(*weight); ok && nw.packed != nil {
+			err = b.lib.MatMulPacked(nw.packed, xs, n, o)
+		} else {
+			err = b.lib.MatMul(t, data, rows, cols, xs, n, o)
+		}
 		switch {
 		case err == nil:
 			for r := 0; r < len(o) && bias != nil; r += rows {
@@ -126,7 +180,7 @@ func (b *Backend) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer,
 			return
 		}
 	}
-	b.Backend.MatMul(out, w, x, n)
+	b.Backend.MatMul(out, gw, x, n)
 }
 
 // RMSNorm normalizes n rows of dim values in C.

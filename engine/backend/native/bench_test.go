@@ -13,7 +13,8 @@ import (
 // matrix product on each SIMD path this machine runs (named in the
 // sub-benchmark) and by quant.MatMul, for Q4_0 and Q8_0 weights of a 4096×2048 matrix at batch 1,
 // 4 and 8, on GOMAXPROCS threads (-cpu 1 for one core), per second of wall
-// time.
+// time. Q4_0 and Q8_0 run on the file's layout (native-) and packed
+// (packed-, what the backend multiplies).
 func BenchmarkMatMul(b *testing.B) {
 	l := loadLib(b)
 	r := rand.New(rand.NewPCG(7, 8))
@@ -39,6 +40,11 @@ func BenchmarkMatMul(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/n%d/native-%s", typ, n, l.PathName(p)), func(b *testing.B) {
 					run(b, func() error { return l.MatMul(typ, w, rows, cols, x, n, out) })
 				})
+				if pk, err := l.Pack(typ, w, rows, cols); err == nil {
+					b.Run(fmt.Sprintf("%s/n%d/packed-%s", typ, n, l.PathName(p)), func(b *testing.B) {
+						run(b, func() error { return l.MatMulPacked(pk, x, n, out) })
+					})
+				}
 			}
 			if err := l.SetPath(-1); err != nil {
 				b.Fatal(err)

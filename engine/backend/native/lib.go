@@ -12,7 +12,7 @@ import (
 )
 
 // ABIVersion is the version of native/include/kvscope.h this package speaks.
-const ABIVersion = 1
+const ABIVersion = 2
 
 // ErrNotFound is wrapped by Load's error when no library file exists where
 // it looked.
@@ -55,6 +55,8 @@ type Lib struct {
 	actBytes      func(uint32, int64, int64) int64
 	quantizeActs  func(uint32, unsafe.Pointer, int64, int64, unsafe.Pointer) int32
 	matmulSym     uintptr // kvs_matmul, called with purego.SyscallN: a third of a reflected call's cost
+	packedBytes   func(uint32, int64, int64) int64
+	matmulPSym    uintptr // kvs_matmul_packed, by purego.SyscallN
 	dequantRows   func(uint32, unsafe.Pointer, int64, int64, int64, unsafe.Pointer) int32
 	rmsnorm       func(unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int64, int64, float32) int32
 	rope          func(unsafe.Pointer, int64, int64, int64, int64, unsafe.Pointer, float32, float32, unsafe.Pointer, int32) int32
@@ -131,6 +133,8 @@ func open(file string) (l *Lib, err error) {
 		{&l.actBytes, "kvs_act_bytes"},
 		{&l.quantizeActs, "kvs_quantize_acts"},
 		{&l.matmulSym, "kvs_matmul"},
+		{&l.packedBytes, "kvs_packed_bytes"},
+		{&l.matmulPSym, "kvs_matmul_packed"},
 		{&l.dequantRows, "kvs_dequant_rows"},
 		{&l.rmsnorm, "kvs_rmsnorm"},
 		{&l.rope, "kvs_rope"},

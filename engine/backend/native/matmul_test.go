@@ -108,6 +108,7 @@ func TestMatMulParity(t *testing.T) {
 				} else if i := sameBits(out, ref); i >= 0 {
 					t.Errorf("%s: output %d is %g, the scalar path gave %g", name, i, out[i], ref[i])
 				}
+				checkPacked(t, l, name, c.typ, w, c.rows, c.cols, x, n, out)
 				// The other paths must give the scalar path's bits, so the
 				// bound need only be checked on that one.
 				if l.Path() == PathScalar {
@@ -119,6 +120,26 @@ func TestMatMulParity(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkPacked checks, for a type the library packs, that the product of
+// the packed weights has the bits of MatMul's, out.
+func checkPacked(t *testing.T, l *Lib, name string, typ quant.Type, w []byte, rows, cols int, x []float32, n int, out []float32) {
+	t.Helper()
+	if !l.Packable(typ) {
+		return
+	}
+	p, err := l.Pack(typ, w, rows, cols)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	got := make([]float32, n*rows)
+	if err := l.MatMulPacked(p, x, n, got); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if i := sameBits(got, out); i >= 0 {
+		t.Errorf("%s: packed output %d is %g, MatMul gave %g", name, i, got[i], out[i])
+	}
 }
 
 // checkMatMul checks out, the product of weights whose values are wf
@@ -184,6 +205,22 @@ func TestMatMulBatchInvariance(t *testing.T) {
 				}
 				if i := sameBits(one, all[b*rows:(b+1)*rows]); i >= 0 {
 					t.Fatalf("%s: vector %d row %d alone is %g, in the batch %g", typ, b, i, one[i], all[b*rows+i])
+				}
+			}
+			if !l.Packable(typ) {
+				continue
+			}
+			p, err := l.Pack(typ, w, rows, cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, nb := range []int{1, 3, 8, 9, 17} {
+				got := make([]float32, nb*rows)
+				if err := l.MatMulPacked(p, x[:nb*cols], nb, got); err != nil {
+					t.Fatal(err)
+				}
+				if i := sameBits(got, all[:nb*rows]); i >= 0 {
+					t.Fatalf("%s packed: batch of %d, output %d is %g, in the batch of 17 %g", typ, nb, i, got[i], all[i])
 				}
 			}
 		}
@@ -276,7 +313,7 @@ func TestLoadErrors(t *testing.T) {
 			t.Fatalf("building a stand-in library: %v: %s", err, out)
 		}
 		l, err := Load(dir)
-		if l != nil || err == nil || !strings.Contains(err.Error(), "ABI version 999 but this kvscope needs 1") {
+		if l != nil || err == nil || !strings.Contains(err.Error(), fmt.Sprintf("ABI version 999 but this kvscope needs %d", ABIVersion)) {
 			t.Errorf("wrong ABI version: got %v, %v", l, err)
 		}
 	}

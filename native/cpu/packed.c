@@ -1,0 +1,278 @@
+/* packed.c: products of Q4_0 and Q8_0 weights in the packed layout
+ * (kvscope.h's KVS_PACK_ROWS), compiled once per path.
+ *
+ * A group of KVS_PACK_ROWS (16) rows is one AVX-512 register of int32 lanes,
+ * lane r for row r: for each weight block, four activation codes broadcast
+ * to every lane times four codes of each row (vpdpbusd) sum the block's
+ * codes of all 16 rows at once, with no horizontal sums. Each loaded chunk
+ * of codes serves up to eight activation vectors. Per (row, vector), the
+ * arithmetic is kvscope.h's: an exact integer sum per block, then
+ * acc += float(isum) * (dw * dx), in block order, so every path (and the
+ * raw-layout kvs_matmul) gives the same bits. */
+#include "simd.h"
+
+enum { PR = KVS_PACK_ROWS, NV = 8 };
+
+static inline int32_t ld32(const void *p) {
+	int32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* Code bytes of one group's block: 16 rows × 32 codes, nibbles or bytes. */
+static inline int64_t code_bytes(uint32_t type) { return type == 2 ? 256 : 512; }
+
+/* The scalar definition, run by the scalar and NEON paths. */
+static void packed_ref(uint32_t type, const uint8_t *wp, int64_t rows, int64_t nb, int64_t g, const struct act32 *qx,
+                       int64_t n, float *out) {
+	int64_t cb = code_bytes(type);
+	const uint8_t *codes = wp + g * nb * (cb + 32), *ds = codes + nb * cb;
+	for (int64_t v = 0; v < n; v++) {
+		float acc[PR] = {0};
+		for (int64_t i = 0; i < nb; i++) {
+			const struct act32 *a = qx + v * nb + i;
+			const uint8_t *c = codes + i * cb;
+			for (int r = 0; r < PR; r++) {
+				int32_t s = 0;
+				if (type == 2) {
+					for (int k = 0; k < 4; k++)
+						for (int j = 0; j < 4; j++) {
+							uint8_t b = c[64 * k + 4 * r + j];
+							s += (b & 15) * a->q[4 * k + j] + (b >> 4) * a->q[16 + 4 * k + j];
+						}
+					s -= 8 * a->s;
+				} else {
+					for (int k = 0; k < 8; k++)
+						for (int j = 0; j < 4; j++) s += c[64 * k + 4 * r + j] * a->q[4 * k + j];
+					s -= 128 * a->s;
+				}
+				acc[r] += (float)s * (kvs_h2f(kvs_le16(ds + 32 * i + 2 * r)) * a->d);
+			}
+		}
+		for (int r = 0; r < PR && g * PR + r < rows; r++) out[v * rows + g * PR + r] = acc[r];
+	}
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+
+/* dp adds, to lane m of acc, the four products of unsigned bytes u and
+ * signed bytes a in lane m (u*a pairs fit int16 for the callers: u < 16,
+ * or Q8_0's path below). */
+static inline __m512i dp(__m512i acc, __m512i u, __m512i a) {
+#if defined(__AVX512VNNI__)
+	return _mm512_dpbusd_epi32(acc, u, a);
+#else
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, a), _mm512_set1_epi16(1)));
+#endif
+}
+
+/* dp8 adds Q8_0's products: u holds codes + 128. With VNNI the caller takes
+ * off 128 × the activation sum; without, the codes are made signed again
+ * and multiplied as |w| × (a with w's sign), which fits maddubs's int16. */
+static inline __m512i dp8(__m512i acc, __m512i u, __m512i a) {
+#if defined(__AVX512VNNI__)
+	return _mm512_dpbusd_epi32(acc, u, a);
+#else
+	__m512i w = _mm512_xor_si512(u, _mm512_set1_epi8((char)0x80));
+	__m512i sa = _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), _mm512_setzero_si512(), a);
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sa), _mm512_set1_epi16(1)));
+#endif
+}
+
+#if defined(__AVX512VNNI__)
+#define Q8_OFFSET 128
+#else
+#define Q8_OFFSET 0
+#endif
+
+/* tile computes one group (16 rows) for vectors [0, nv) of qx (nb blocks a
+ * vector), writing out[v*rows + lane] for the first valid lanes. */
+static inline __attribute__((always_inline)) void tile(uint32_t type, const uint8_t *codes, const uint8_t *ds,
+                                                      int64_t nb, const struct act32 *qx, float *out, int64_t rows,
+                                                      __mmask16 valid, const int nv) {
+	__m512 acc[NV];
+	for (int v = 0; v < nv; v++) acc[v] = _mm512_setzero_ps();
+	const __m512i m4 = _mm512_set1_epi8(15);
+	const int two = nv < 4; /* two integer chains a vector, for overlap */
+	for (int64_t i = 0; i < nb; i++) {
+		__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ds + 32 * i)));
+		__m512i s0[NV], s1[NV];
+		for (int v = 0; v < nv; v++) {
+			int32_t off = type == 2 ? -8 * qx[v * nb + i].s : -Q8_OFFSET * qx[v * nb + i].s;
+			s0[v] = _mm512_set1_epi32(off);
+			s1[v] = _mm512_setzero_si512();
+		}
+		if (type == 2) {
+			const uint8_t *c = codes + 256 * i;
+			for (int k = 0; k < 4; k++) {
+				__m512i raw = _mm512_loadu_si512(c + 64 * k);
+				__m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+				for (int v = 0; v < nv; v++) {
+					const int8_t *q = qx[v * nb + i].q;
+					s0[v] = dp(s0[v], lo, _mm512_set1_epi32(ld32(q + 4 * k)));
+					if (two)
+						s1[v] = dp(s1[v], hi, _mm512_set1_epi32(ld32(q + 16 + 4 * k)));
+					else
+						s0[v] = dp(s0[v], hi, _mm512_set1_epi32(ld32(q + 16 + 4 * k)));
+				}
+			}
+		} else {
+			const uint8_t *c = codes + 512 * i;
+			for (int k = 0; k < 8; k++) {
+				__m512i u = _mm512_loadu_si512(c + 64 * k);
+				for (int v = 0; v < nv; v++) {
+					__m512i a = _mm512_set1_epi32(ld32(qx[v * nb + i].q + 4 * k));
+					if (two && (k & 1))
+						s1[v] = dp8(s1[v], u, a);
+					else
+						s0[v] = dp8(s0[v], u, a);
+				}
+			}
+		}
+		for (int v = 0; v < nv; v++) {
+			__m512i s = two ? _mm512_add_epi32(s0[v], s1[v]) : s0[v];
+			__m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(qx[v * nb + i].d));
+			acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(_mm512_cvtepi32_ps(s), dd));
+		}
+	}
+	for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(out + v * rows, valid, acc[v]);
+}
+
+static inline __attribute__((always_inline)) void packed_group(uint32_t type, const uint8_t *wp, int64_t rows, int64_t nb, int64_t g,
+                         const struct act32 *qx, int64_t n, float *out) {
+	int64_t cb = code_bytes(type);
+	const uint8_t *codes = wp + g * nb * (cb + 32), *ds = codes + nb * cb;
+	int64_t left = rows - g * PR;
+	__mmask16 valid = left >= PR ? 0xffff : (__mmask16)((1u << left) - 1);
+	float *o = out + g * PR;
+	for (int64_t v0 = 0; v0 < n; v0 += NV) {
+		const struct act32 *a = qx + v0 * nb;
+		float *ov = o + v0 * rows;
+#define T(NVC) tile(type, codes, ds, nb, a, ov, rows, valid, NVC)
+		switch (n - v0 < NV ? n - v0 : NV) {
+		case 1: T(1); break;
+		case 2: T(2); break;
+		case 3: T(3); break;
+		case 4: T(4); break;
+		case 5: T(5); break;
+		case 6: T(6); break;
+		case 7: T(7); break;
+		default: T(8);
+		}
+#undef T
+	}
+}
+
+#elif defined(__AVX2__)
+
+/* The AVX2 path: each group as two halves of eight rows (lanes 0-7 of a
+ * chunk's first 32 bytes, rows 8-15 of its last 32). */
+static inline __m256i dp(__m256i acc, __m256i u, __m256i a) {
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)));
+}
+
+/* dp8: Q8_0's codes (+128 in u) made signed, |w| × (a with w's sign). */
+static inline __m256i dp8(__m256i acc, __m256i u, __m256i a) {
+	__m256i w = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)),
+	                                               _mm256_set1_epi16(1)));
+}
+
+static inline __attribute__((always_inline)) void tile(uint32_t type, const uint8_t *codes, const uint8_t *ds,
+                                                      int64_t nb, const struct act32 *qx, float *out, int64_t rows,
+                                                      int valid, const int nv) {
+	__m256 acc[NV];
+	for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
+	const __m256i m4 = _mm256_set1_epi8(15);
+	for (int64_t i = 0; i < nb; i++) {
+		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ds + 32 * i)));
+		__m256i s0[NV];
+		for (int v = 0; v < nv; v++) s0[v] = _mm256_set1_epi32(type == 2 ? -8 * qx[v * nb + i].s : 0);
+		if (type == 2) {
+			const uint8_t *c = codes + 256 * i;
+			for (int k = 0; k < 4; k++) {
+				__m256i raw = _mm256_loadu_si256((const __m256i *)(c + 64 * k));
+				__m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+				for (int v = 0; v < nv; v++) {
+					const int8_t *q = qx[v * nb + i].q;
+					s0[v] = dp(s0[v], lo, _mm256_set1_epi32(ld32(q + 4 * k)));
+					s0[v] = dp(s0[v], hi, _mm256_set1_epi32(ld32(q + 16 + 4 * k)));
+				}
+			}
+		} else {
+			const uint8_t *c = codes + 512 * i;
+			for (int k = 0; k < 8; k++) {
+				__m256i u = _mm256_loadu_si256((const __m256i *)(c + 64 * k));
+				for (int v = 0; v < nv; v++) s0[v] = dp8(s0[v], u, _mm256_set1_epi32(ld32(qx[v * nb + i].q + 4 * k)));
+			}
+		}
+		for (int v = 0; v < nv; v++) {
+			__m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(qx[v * nb + i].d));
+			acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(_mm256_cvtepi32_ps(s0[v]), dd));
+		}
+	}
+	for (int v = 0; v < nv; v++) {
+		if (valid >= 8) {
+			_mm256_storeu_ps(out + v * rows, acc[v]);
+		} else {
+			float t[8];
+			_mm256_storeu_ps(t, acc[v]);
+			for (int r = 0; r < valid; r++) out[v * rows + r] = t[r];
+		}
+	}
+}
+
+static inline __attribute__((always_inline)) void packed_group(uint32_t type, const uint8_t *wp, int64_t rows, int64_t nb, int64_t g,
+                         const struct act32 *qx, int64_t n, float *out) {
+	int64_t cb = code_bytes(type);
+	const uint8_t *codes = wp + g * nb * (cb + 32), *ds = codes + nb * cb;
+	for (int h = 0; h < 2; h++) {
+		int64_t left = rows - g * PR - 8 * h;
+		if (left <= 0) break;
+		int valid = left >= 8 ? 8 : (int)left;
+		float *o = out + g * PR + 8 * h;
+		for (int64_t v0 = 0; v0 < n; v0 += NV) {
+			const struct act32 *a = qx + v0 * nb;
+			float *ov = o + v0 * rows;
+#define T(NVC) tile(type, codes + 32 * h, ds + 16 * h, nb, a, ov, rows, valid, NVC)
+			switch (n - v0 < NV ? n - v0 : NV) {
+			case 1: T(1); break;
+			case 2: T(2); break;
+			case 3: T(3); break;
+			case 4: T(4); break;
+			case 5: T(5); break;
+			case 6: T(6); break;
+			case 7: T(7); break;
+			default: T(8);
+			}
+#undef T
+		}
+	}
+}
+
+#else
+
+static inline __attribute__((always_inline)) void packed_group(uint32_t type, const uint8_t *wp, int64_t rows, int64_t nb, int64_t g,
+                         const struct act32 *qx, int64_t n, float *out) {
+	packed_ref(type, wp, rows, nb, g, qx, n, out);
+}
+
+#endif
+
+static int matmul_packed(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
+                         const void *qx, int64_t n, float *out) {
+	int64_t nb = cols / 32;
+	for (int64_t g = row0 / PR; g * PR < row1; g++) {
+		if (type == 2)
+			packed_group(2, (const uint8_t *)wp, rows, nb, g, (const struct act32 *)qx, n, out);
+		else
+			packed_group(8, (const uint8_t *)wp, rows, nb, g, (const struct act32 *)qx, n, out);
+	}
+	return KVS_OK;
+}
+
+int KVS_FN(kvs_matmul_packed)(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
+                              const void *qx, int64_t n, float *out) {
+	(void)packed_ref;
+	return matmul_packed(type, wp, rows, cols, row0, row1, qx, n, out);
+}
