@@ -269,34 +269,58 @@ func (f *Formatter) Render(msgs []Message, opt Options) (*Prompt, error) {
 		}
 		return p, nil
 	}
-	if !f.systemRole {
-		msgs = mergeSystem(msgs)
-	}
-	plain, err := f.render(msgs, opt, nil)
+	ps, ok, _, err := f.pieces(msgs, opt)
 	if err != nil {
 		return nil, err
 	}
-	segs, ok := f.segments(msgs, opt, plain)
-	if !ok {
-		segs = []Segment{{Text: plain, Special: true}}
+	return &Prompt{Segments: join(ps), Tracked: ok}, nil
+}
+
+// pieces renders msgs (a chat template's) into pieces that say whose text
+// each is, with BOS and EOS cut as Render cuts them. It reports whether
+// message text was told apart, and for each message rendered (msgs, or,
+// where the template drops the system role, msgs merged: see mergeSystem)
+// the index in msgs of the message it is unchanged, -1 for one made or
+// changed by the merge; the pieces' msg fields index the rendered ones.
+func (f *Formatter) pieces(msgs []Message, opt Options) ([]owned, bool, []int, error) {
+	var origin []int
+	if f.systemRole {
+		origin = make([]int, len(msgs))
+		for i := range origin {
+			origin[i] = i
+		}
+	} else {
+		msgs, origin = mergeSystem(msgs)
 	}
-	segs = cutBOSEOS(segs, f.bos, f.eos)
-	return &Prompt{Segments: segs, Tracked: ok}, nil
+	plain, err := f.render(msgs, opt, nil)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	ps, ok := f.segments(msgs, opt, plain)
+	if !ok {
+		ps = []owned{{Segment{Text: plain, Special: true}, -1, false}}
+	}
+	return cutBOSEOS(ps, f.bos, f.eos), ok, origin, nil
 }
 
 // mergeSystem merges system messages into the next user message (joined
 // by a newline), as minja's system-role polyfill does; system text before
-// another role, or at the end, becomes a user message of its own.
-func mergeSystem(msgs []Message) []Message {
+// another role, or at the end, becomes a user message of its own. It also
+// returns, for each message out, the index in msgs of the message it is
+// unchanged, or -1 where the merge made or changed it.
+func mergeSystem(msgs []Message) ([]Message, []int) {
 	out := make([]Message, 0, len(msgs))
+	var origin []int
 	pending := ""
 	flush := func() {
 		if pending != "" {
 			out = append(out, Message{Role: "user", Content: pending})
+			origin = append(origin, -1)
 			pending = ""
 		}
 	}
-	for _, m := range msgs {
+	for i, m := range msgs {
+		from := i
 		switch m.Role {
 		case "system":
 			if pending != "" {
@@ -312,19 +336,21 @@ func mergeSystem(msgs []Message) []Message {
 					m.Content = pending
 				}
 				pending = ""
+				from = -1
 			}
 		default:
 			flush()
 		}
 		out = append(out, m)
+		origin = append(origin, from)
 	}
 	flush()
-	return out
+	return out, origin
 }
 
 // cutBOSEOS cuts the BOS text off the start and the EOS text off the end
 // of the prompt, where the template (not a message) wrote them.
-func cutBOSEOS(segs []Segment, bos, eos string) []Segment {
+func cutBOSEOS(segs []owned, bos, eos string) []owned {
 	if bos != "" && len(segs) > 0 && segs[0].Special && strings.HasPrefix(segs[0].Text, bos) {
 		segs[0].Text = segs[0].Text[len(bos):]
 		if segs[0].Text == "" {

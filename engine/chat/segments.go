@@ -34,7 +34,7 @@ func core(s string) (lead, mid, trail string) {
 // template and message text. It reports false when that cannot be done
 // exactly: a content holds marker runes, or the marked rendering without its
 // markers differs from plain (the template looked into the content).
-func (f *Formatter) segments(msgs []Message, opt Options, plain string) ([]Segment, bool) {
+func (f *Formatter) segments(msgs []Message, opt Options, plain string) ([]owned, bool) {
 	contents := make([]string, len(msgs))
 	cores := make([]string, len(msgs))
 	anyMarked := false
@@ -56,7 +56,7 @@ func (f *Formatter) segments(msgs []Message, opt Options, plain string) ([]Segme
 		if plain == "" {
 			return nil, true
 		}
-		return []Segment{{Text: plain, Special: true}}, true
+		return []owned{{Segment{Text: plain, Special: true}, -1, false}}, true
 	}
 	marked, err := f.render(msgs, opt, contents)
 	if err != nil {
@@ -83,18 +83,23 @@ func (f *Formatter) segments(msgs []Message, opt Options, plain string) ([]Segme
 // "</think>" before the answer): so where the content has one of the
 // template's string literals (the separator it split on, most likely) at
 // the edge of a shorter match, the longest such match is taken instead.
-// Marker runes that form no marker are dropped.
-func splitMarked(s string, cores, literals []string) []Segment {
-	var segs []Segment
-	add := func(text string, special bool) {
+// Marker runes that form no marker are dropped. Each owned of message
+// text says whose it is, and whether it is the whole of the content's core
+// (both markers were found).
+func splitMarked(s string, cores, literals []string) []owned {
+	var segs []owned
+	add := func(text string, special bool, msg int, whole bool) {
 		if text == "" {
 			return
 		}
-		if n := len(segs); n > 0 && segs[n-1].Special == special {
+		if special {
+			msg = -1
+		}
+		if n := len(segs); n > 0 && segs[n-1].Special == special && segs[n-1].msg == msg && !whole && !segs[n-1].whole {
 			segs[n-1].Text += text
 			return
 		}
-		segs = append(segs, Segment{Text: text, Special: special})
+		segs = append(segs, owned{Segment{Text: text, Special: special}, msg, whole})
 	}
 	var buf strings.Builder
 	open := -1 // the message whose content is being read, -1 for none
@@ -103,8 +108,8 @@ func splitMarked(s string, cores, literals []string) []Segment {
 	closeOpen := func() {
 		t := buf.String()
 		n := keptPrefix(t, cores[open], literals)
-		add(t[:n], false)
-		add(t[n:], true)
+		add(t[:n], false, open, false)
+		add(t[n:], true, -1, false)
 		buf.Reset()
 		open = -1
 	}
@@ -130,11 +135,11 @@ func splitMarked(s string, cores, literals []string) []Segment {
 			if open >= 0 {
 				closeOpen()
 			}
-			add(buf.String(), true)
+			add(buf.String(), true, -1, false)
 			buf.Reset()
 			open = m
 		case open == m:
-			add(buf.String(), false)
+			add(buf.String(), false, m, buf.String() == cores[m])
 			buf.Reset()
 			open = -1
 		default: // a close marker without its open marker
@@ -143,15 +148,37 @@ func splitMarked(s string, cores, literals []string) []Segment {
 			}
 			t := buf.String()
 			n := keptSuffix(t, cores[m], literals)
-			add(t[:len(t)-n], true)
-			add(t[len(t)-n:], false)
+			add(t[:len(t)-n], true, -1, false)
+			add(t[len(t)-n:], false, m, false)
 			buf.Reset()
 		}
 	}
 	if open >= 0 {
 		closeOpen()
 	}
-	add(buf.String(), true)
+	add(buf.String(), true, -1, false)
+	return segs
+}
+
+// owned is a Segment with its owner: msg is the index of the message whose
+// text it is (-1 for template text), and whole says it is all of that
+// message's content between its leading and trailing white space.
+type owned struct {
+	Segment
+	msg   int
+	whole bool
+}
+
+// join merges adjacent pieces of the same kind into Segments.
+func join(ps []owned) []Segment {
+	var segs []Segment
+	for _, p := range ps {
+		if n := len(segs); n > 0 && segs[n-1].Special == p.Special {
+			segs[n-1].Text += p.Text
+			continue
+		}
+		segs = append(segs, p.Segment)
+	}
 	return segs
 }
 

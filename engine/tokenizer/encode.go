@@ -15,6 +15,22 @@ type fragment struct {
 // that token; without it, it is ordinary text. User-defined tokens are
 // always split out first, as in llama.cpp.
 func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int {
+	return t.encode(text, addSpecial, parseSpecial, true)
+}
+
+// EncodeContinuation encodes text that continues a sequence right after
+// other tokens (a reply's generated ids, say), so that the ids of the
+// pieces, joined, are a sequence the model could have read or written: no
+// BOS or EOS is added, and an SPM vocabulary's space prefix is not put at
+// the start of text (it still follows each special token inside text).
+// Encode puts it there, as llama.cpp does at the start of an input.
+func (t *Tokenizer) EncodeContinuation(text string, parseSpecial bool) []int {
+	return t.encode(text, false, parseSpecial, false)
+}
+
+// encode is Encode; spaceFirst says whether SPM's space prefix goes
+// before text that starts the input.
+func (t *Tokenizer) encode(text string, addSpecial, parseSpecial, spaceFirst bool) []int {
 	var frags []fragment
 	if text != "" {
 		frags = t.partition(text, parseSpecial)
@@ -24,7 +40,7 @@ func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int {
 		out = append(out, t.bos)
 	}
 	if t.spm {
-		prevSpecial := true // prefix the first text with a space
+		prevSpecial := spaceFirst // prefix the first text with a space
 		for _, f := range frags {
 			if f.id >= 0 {
 				out = append(out, int(f.id))
