@@ -430,7 +430,7 @@ func (a *App) use(l *loaded, e *engine.Engine, problems []string, delay time.Dur
 	oldE, oldM := a.eng, a.mdl
 	a.eng, a.mdl = e, l
 	a.mu.Unlock()
-	a.chat.SetEngine(e, l.note())
+	a.chat.SetModel(e, l.format, l.problem, l.note())
 	a.controls.forget() // changes queued for the old engine are dropped
 	if oldE != nil {
 		go func() { oldE.Close(); oldM.close() }()

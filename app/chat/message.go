@@ -94,7 +94,7 @@ func setShown(o fyne.CanvasObject, shown bool) {
 }
 
 // Footer says how a reply went: its tokens, speed, end and prompt use, such
-// as "42 tokens · 35.1 tok/s · stop · prompt 60 tokens, 48 from the cache".
+// as "42 tokens · 35.1 tok/s · finished · cached 48 of 60 prompt tokens".
 func Footer(m store.Message) string {
 	var parts []string
 	parts = append(parts, fmt.Sprintf("%d tokens", m.Tokens))
@@ -122,7 +122,7 @@ func Footer(m store.Message) string {
 		parts = append(parts, m.Finish)
 	}
 	if m.Prompt > 0 {
-		parts = append(parts, fmt.Sprintf("prompt %d tokens, %d from the cache", m.Prompt, m.Cached))
+		parts = append(parts, fmt.Sprintf("cached %d of %d prompt tokens", m.Cached, m.Prompt))
 	}
 	return strings.Join(parts, " · ")
 }

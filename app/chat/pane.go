@@ -19,6 +19,7 @@ import (
 	"kvscope/app/store"
 	"kvscope/app/uithread"
 	"kvscope/engine"
+	echat "kvscope/engine/chat"
 	"kvscope/engine/sample"
 )
 
@@ -49,11 +50,13 @@ type Pane struct {
 	// copy is on disk, one step: an older copy never replaces a newer one.
 	saveMu sync.Mutex
 
-	eng     *engine.Engine
-	context int              // the engine's context limit in tokens
-	runs    map[int64]*run   // conversation id → its generation
-	reqConv map[uint64]int64 // request id → conversation id
-	live    map[int64]int    // conversation id → context tokens now (from snapshots)
+	eng      *engine.Engine
+	prompter *Prompter        // the engine's model's prompts (nil without an engine)
+	context  int              // the engine's context limit in tokens
+	counts   map[int64]*count // conversation id → its prompt's length, counted in the background
+	runs     map[int64]*run   // conversation id → its generation
+	reqConv  map[uint64]int64 // request id → conversation id
+	live     map[int64]int    // conversation id → context tokens now (from snapshots)
 	// editing is the index of the message being edited, or -1. While it is
 	// set the composer holds that message, and the conversation's Draft
 	// keeps what was typed before; it comes back when the edit ends.
@@ -76,6 +79,7 @@ type Pane struct {
 	editLabel *widget.Label
 	status    *widget.Label
 	settings  *settingsForm
+	mode      *modeBar
 	root      fyne.CanvasObject
 
 	stopSaver chan struct{}
@@ -87,8 +91,9 @@ type Pane struct {
 type run struct {
 	cancel context.CancelFunc
 	conv   int64
-	msg    int // index of the assistant message it fills
-	req    uint64
+	msg    int    // index of the assistant message it fills
+	req    uint64 // the engine's request, once submitted (0 until then)
+	vocab  string // the vocabulary of its token ids
 }
 
 // New returns a pane over the conversations in data, saving to st (nil:
@@ -96,7 +101,7 @@ type run struct {
 // the background until Close.
 func New(st *store.Store, data store.Conversations) *Pane {
 	p := &Pane{
-		st: st, data: data, runs: map[int64]*run{}, reqConv: map[uint64]int64{}, live: map[int64]int{}, editing: -1,
+		st: st, data: data, runs: map[int64]*run{}, reqConv: map[uint64]int64{}, live: map[int64]int{}, counts: map[int64]*count{}, editing: -1,
 		stopSaver: make(chan struct{}), saverDone: make(chan struct{}),
 	}
 	if p.data.NextID < 1 {
@@ -199,7 +204,8 @@ func (p *Pane) build() {
 	buttons := container.NewVBox(p.sendBtn, p.stopBtn)
 	composer := container.NewVBox(p.editBar, p.status, container.NewBorder(nil, nil, nil, buttons, p.composer))
 
-	top := container.NewVBox(header, p.note, ctxRow, acc)
+	p.mode = newModeBar(p)
+	top := container.NewVBox(header, p.note, p.mode.root, ctxRow, acc)
 	main := container.NewBorder(top, composer, nil, nil, p.scroll)
 	split := container.NewHSplit(sidebar, main)
 	split.Offset = 0.28
@@ -210,20 +216,44 @@ func (p *Pane) build() {
 func (p *Pane) CreateRenderer() fyne.WidgetRenderer { return widget.NewSimpleRenderer(p.root) }
 
 // SetEngine makes the pane generate on e (nil: none; sending then asks for
-// a model). note is shown above the messages, such as what the model is
-// and that prompts are plain completion. Replies running on the previous
-// engine are stopped.
+// a model) with the chat template echat.FromGGUF chooses for e's model
+// (plain completion if it fails), compiled here: SetModel takes one made
+// off the UI goroutine. note is shown above the messages, such as what the
+// model is. Replies running on the previous engine are stopped.
 func (p *Pane) SetEngine(e *engine.Engine, note string) {
+	var f *echat.Formatter
+	problem := ""
+	if e != nil {
+		var err error
+		if f, err = echat.FromGGUF(e.Model().File, e.Tokenizer()); err != nil {
+			f, problem = echat.Plain(), "the model's chat template cannot be used: "+err.Error()
+		}
+	}
+	p.SetModel(e, f, problem, note)
+}
+
+// SetModel makes the pane generate on e (nil: none) with the chat
+// template f (from echat.FromGGUF on e's model; nil or echat.Plain: plain
+// completion). problem, when not "", says why the model's template is not
+// used. note is shown above the messages. Replies running on the previous
+// engine are stopped.
+func (p *Pane) SetModel(e *engine.Engine, f *echat.Formatter, problem, note string) {
 	for _, r := range p.runs {
 		r.cancel()
 	}
 	p.eng = e
 	p.context = 0
+	p.prompter = nil
+	clear(p.counts)
 	if e != nil {
+		p.prompter = NewPrompter(f, e.Tokenizer(), problem)
 		p.context = e.Config().Context
 		if p.context == 0 {
 			p.context = e.Model().Context
 		}
+	}
+	if c := p.conv(p.data.Selected); c != nil {
+		p.mode.show(c)
 	}
 	p.note.SetText(note)
 	p.note.Hidden = note == ""
@@ -271,10 +301,16 @@ func cloneData(d store.Conversations) store.Conversations {
 	out := d
 	out.List = make([]store.Conversation, len(d.List))
 	for i, c := range d.List {
-		c.Messages = slices.Clone(c.Messages)
-		out.List[i] = c
+		out.List[i] = cloneConv(c)
 	}
 	return out
+}
+
+// cloneConv copies c with its own message list. The messages' IDs slices
+// are shared: the pane replaces them, never changes them.
+func cloneConv(c store.Conversation) store.Conversation {
+	c.Messages = slices.Clone(c.Messages)
+	return c
 }
 
 // Selected returns the shown conversation's id.
@@ -404,6 +440,7 @@ func (p *Pane) Select(id int64) {
 	p.title.SetText(c.Title)
 	p.composer.SetText(c.Draft)
 	p.settings.show(c)
+	p.mode.show(c)
 	p.showMessages()
 	if i := slices.Index(p.ids, id); i >= 0 {
 		p.list.Select(i)
@@ -462,7 +499,10 @@ func (p *Pane) showContext() {
 	}
 	n, ok := p.live[c.ID]
 	if !ok {
-		n = len(p.eng.Tokenizer().Encode(Prompt(*c, len(c.Messages)), true, false)) // as Submit encodes it
+		if n, ok = p.promptTokens(c); !ok {
+			p.ctxLabel.SetText(fmt.Sprintf("context: counting… / %d tokens", p.context))
+			return
+		}
 	}
 	p.ctxLabel.SetText(fmt.Sprintf("context: %d / %d tokens", n, p.context))
 	p.ctxBar.SetValue(min(1, float64(n)/float64(p.context)))
@@ -554,7 +594,10 @@ func (p *Pane) SendText(id int64, text string) error {
 	return nil
 }
 
-// start generates the reply into the last message of conversation id.
+// start generates the reply into the last message of conversation id. The
+// prompt (a chat template's rendering, which may take a while) is made and
+// submitted on a goroutine of its own; until then the reply shows it is
+// under way and Stop ends it.
 func (p *Pane) start(id int64) {
 	c := p.conv(id)
 	msg := len(c.Messages) - 1
@@ -566,36 +609,73 @@ func (p *Pane) start(id int64) {
 		sp.Seed = rand.Uint64()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	// ParseSpecial stays false: what the user typed is text, so "</s>"
-	// typed in a message is those four characters, not the end token.
-	// Submit returns at once; a request that turns out not to fit ends its
-	// stream with an error, which consume shows.
-	stream, err := p.eng.Submit(ctx, engine.Request{Prompt: Prompt(*c, msg), Sampling: &sp, MaxTokens: s.MaxTokens, Label: c.Title})
+	r := &run{cancel: cancel, conv: id, msg: msg, vocab: p.prompter.Vocab()}
+	p.runs[id] = r
+	p.afterChange(id)
+	conv := cloneConv(*c)
+	// The prompt is token ids: the template's control tokens come from its
+	// text alone, and what the user typed is text, so "</s>" or
+	// "<|im_end|>" typed in a message is those characters, not the token.
+	req := engine.Request{Sampling: &sp, MaxTokens: s.MaxTokens, Label: c.Title}
+	go p.submit(ctx, r, p.eng, p.prompter, conv, req)
+}
+
+// submit makes a reply's prompt and submits it (on its own goroutine),
+// then reads its stream. Submit returns at once; a request that turns out
+// not to fit ends its stream with an error, which consume shows.
+func (p *Pane) submit(ctx context.Context, r *run, e *engine.Engine, pr *Prompter, c store.Conversation, req engine.Request) {
+	ids, err := pr.IDs(c, r.msg)
+	var stream *engine.Stream
+	if err == nil {
+		req.Tokens = ids
+		stream, err = e.Submit(ctx, req)
+	}
 	if err != nil {
-		cancel()
-		p.edit(id, func(c *store.Conversation) {
-			c.Messages[msg].Finish, c.Messages[msg].Error = "error", err.Error()
-		})
-		p.showError(err.Error())
-		p.afterChange(id)
+		uithread.Do(func() { p.failed(r, ctx, err) })
 		return
 	}
-	r := &run{cancel: cancel, conv: id, msg: msg, req: stream.ID}
-	p.runs[id] = r
-	p.reqConv[stream.ID] = id
-	p.afterChange(id)
-	go p.consume(r, stream)
+	uithread.Do(func() {
+		if !p.closed && p.runs[r.conv] == r {
+			r.req = stream.ID
+			p.reqConv[stream.ID] = r.conv
+		}
+	})
+	p.consume(r, stream)
+}
+
+// failed ends a reply whose prompt could not be made or submitted: as
+// stopped if it was stopped meanwhile, else with the error (UI goroutine).
+func (p *Pane) failed(r *run, ctx context.Context, err error) {
+	r.cancel()
+	if p.closed || p.runs[r.conv] != r {
+		return
+	}
+	delete(p.runs, r.conv)
+	stopped := ctx.Err() != nil
+	p.edit(r.conv, func(c *store.Conversation) {
+		if r.msg < len(c.Messages) {
+			if stopped {
+				c.Messages[r.msg].Finish = string(engine.FinishCancelled)
+			} else {
+				c.Messages[r.msg].Finish, c.Messages[r.msg].Error = "error", err.Error()
+			}
+		}
+	})
+	if !stopped && r.conv == p.data.Selected {
+		p.showError(err.Error())
+	}
+	p.afterChange(r.conv)
 }
 
 // consume reads a reply's stream on its own goroutine and hands the text to
 // the UI at most every 50 ms, and at the end.
 func (p *Pane) consume(r *run, stream *engine.Stream) {
 	var text strings.Builder
-	var n int
+	var ids []int // the generated token ids
 	var first, last time.Time
 	flush := func(final *engine.Chunk) {
-		t, count, f := text.String(), n, first
-		uithread.Do(func() { p.apply(r, t, count, f, final) })
+		t, got, f := text.String(), slices.Clone(ids), first
+		uithread.Do(func() { p.apply(r, t, got, f, final) })
 	}
 	for ch := range stream.C {
 		if ch.Done {
@@ -603,10 +683,12 @@ func (p *Pane) consume(r *run, stream *engine.Stream) {
 			flush(&ch)
 			continue
 		}
-		if n == 0 {
-			first = time.Now()
+		if ch.Token >= 0 { // not the held-back text that ends a reply
+			if len(ids) == 0 {
+				first = time.Now()
+			}
+			ids = append(ids, ch.Token)
 		}
-		n++
 		text.WriteString(ch.Text)
 		if time.Since(last) >= 50*time.Millisecond {
 			last = time.Now()
@@ -616,8 +698,9 @@ func (p *Pane) consume(r *run, stream *engine.Stream) {
 	uithread.Do(func() { p.finish(r) })
 }
 
-// apply puts streamed text into the reply's message (UI goroutine).
-func (p *Pane) apply(r *run, text string, n int, first time.Time, final *engine.Chunk) {
+// apply puts streamed text and token ids into the reply's message (UI
+// goroutine).
+func (p *Pane) apply(r *run, text string, ids []int, first time.Time, final *engine.Chunk) {
 	if p.closed || p.runs[r.conv] != r {
 		return // the pane closed, or the reply already ended
 	}
@@ -626,7 +709,8 @@ func (p *Pane) apply(r *run, text string, n int, first time.Time, final *engine.
 			return
 		}
 		m := &c.Messages[r.msg]
-		m.Text, m.Tokens = text, n
+		n := len(ids)
+		m.Text, m.Tokens, m.IDs, m.Vocab = text, n, ids, r.vocab
 		if n > 1 {
 			m.TPS = float64(n-1) / time.Since(first).Seconds()
 		}
@@ -885,6 +969,8 @@ func (p *Pane) Update(id int64, f func(c *store.Conversation)) {
 		if c := p.conv(id); c != nil {
 			p.title.SetText(c.Title)
 			p.settings.show(c)
+			p.mode.show(c)
+			p.showContext()
 		}
 	}
 	p.list.Refresh()

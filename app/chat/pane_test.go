@@ -347,7 +347,7 @@ func TestFooter(t *testing.T) {
 		m    store.Message
 		want string
 	}{
-		{store.Message{Tokens: 42, TPS: 35.14, Finish: "stop", Prompt: 60, Cached: 48}, "42 tokens · 35.1 tok/s · finished · prompt 60 tokens, 48 from the cache"},
+		{store.Message{Tokens: 42, TPS: 35.14, Finish: "stop", Prompt: 60, Cached: 48}, "42 tokens · 35.1 tok/s · finished · cached 48 of 60 prompt tokens"},
 		{store.Message{Tokens: 3}, "3 tokens · generating"},
 		{store.Message{Finish: "error", Error: "boom"}, "0 tokens · error: boom"},
 		{store.Message{Tokens: 9, Finish: "interrupted"}, "9 tokens · interrupted when kvscope closed"},

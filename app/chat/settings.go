@@ -31,7 +31,7 @@ type settingsForm struct {
 func newSettingsForm(p *Pane) *settingsForm {
 	f := &settingsForm{p: p, values: map[*widget.Slider]*widget.Label{}}
 	f.system = widget.NewMultiLineEntry()
-	f.system.SetPlaceHolder("System prompt: text put before the conversation (plain completion)")
+	f.system.SetPlaceHolder("System prompt: the system message (in plain completion, text put before the conversation)")
 	f.system.SetMinRowsVisible(2)
 	f.system.Wrapping = fyne.TextWrapWord
 	f.system.OnChanged = func(s string) { f.write(func(c *store.Conversation) { c.System = s }) }
