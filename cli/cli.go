@@ -25,6 +25,8 @@ var Commands = []Command{
 	{"tokenize", "print a text's token ids as JSON", tokenizeCmd},
 	{"template", "render a chat template on JSON messages", templateCmd},
 	{"perplexity", "measure perplexity over a text file", perplexityCmd},
+	{"logits", "write teacher-forced logits of a file of token ids (float32, one row per id)", logitsCmd},
+	{"chat", "chat in the terminal (or one user turn per line of standard input), reusing the cache across turns", chatCmd},
 	{"gen-model", "write a GGUF of a real model's shape with random weights", genModelCmd},
 	{"bench", "measure the cache (bench cache) and prefill and decode speed (bench speed)", benchCmd},
 	{"models", "list the GGUF models on this machine (--catalog: small chat models to download)", modelsCmd},

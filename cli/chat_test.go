@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"kvscope/engine/gguf"
+	"kvscope/engine/quant"
+	"kvscope/engine/synth"
+	"kvscope/engine/tokenizer"
+	"kvscope/internal/testshared"
+)
+
+// chatMLModel writes a small random Llama (engine/synth) whose last two
+// tokens are renamed <|im_start|> and <|im_end|> (control tokens) and whose
+// template is ChatML, and returns its path.
+func chatMLModel(t *testing.T) string {
+	t.Helper()
+	shape := synth.Shape{Name: "ChatML test model (random weights)", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2,
+		FFDim: 128, Vocab: 384, Context: 2048, Type: quant.F32}
+	src, err := synth.Open(shape, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const template = `{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}`
+	var kvs []gguf.KV
+	for _, kv := range src.KVs {
+		switch kv.Key {
+		case "tokenizer.ggml.tokens":
+			toks := slices.Clone(kv.Value.([]string))
+			toks[shape.Vocab-2], toks[shape.Vocab-1] = "<|im_start|>", "<|im_end|>"
+			kv = gguf.NewKV(kv.Key, toks)
+		case "tokenizer.ggml.token_type":
+			types := slices.Clone(kv.Value.([]int32))
+			types[shape.Vocab-2], types[shape.Vocab-1] = tokenizer.TypeControl, tokenizer.TypeControl
+			kv = gguf.NewKV(kv.Key, types)
+		case "tokenizer.chat_template":
+			kv = gguf.NewKV(kv.Key, template)
+		}
+		kvs = append(kvs, kv)
+	}
+	var tensors []gguf.WriteTensor
+	for i := range src.Tensors {
+		ti := &src.Tensors[i]
+		tensors = append(tensors, gguf.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Data: src.TensorData(ti)})
+	}
+	var buf bytes.Buffer
+	if err := gguf.Write(&buf, kvs, tensors); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "chatml.gguf")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// chatWith runs kvscope chat with input as its standard input (not a
+// terminal: one user turn per line).
+func chatWith(t *testing.T, input string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	old := chatInput
+	chatInput = strings.NewReader(input)
+	defer func() { chatInput = old }()
+	return run(t, append([]string{"chat"}, args...)...)
+}
+
+var cachedLine = regexp.MustCompile(`\(cached (\d+) of (\d+) prompt tokens; (\d+) generated; ([^)]*)\)`)
+
+// TestChatCommand drives kvscope chat with lines of input, on stories260K
+// (plain completion) and on a ChatML model: each user line is a turn, each
+// turn after the first reuses the history from the cache, and /reset,
+// /system and unknown commands do what they say.
+func TestChatCommand(t *testing.T) {
+	stories := testshared.Path(t, "models/stories260K.gguf")
+	chatML := chatMLModel(t)
+	tests := []struct {
+		name       string
+		model      string
+		input      string
+		wantFormat string
+		turns      int   // turns that ran
+		reused     []int // turns (from 1) whose prompt must start with the last turn's, from the cache
+		fresh      []int // turns that must start from nothing cached (the first, or a new system prompt)
+		wantErr    []string
+	}{
+		{"plain completion", stories, "Once upon a time\nThe dog ran\nand then", "plain completion", 3, []int{2, 3}, []int{1}, nil},
+		{"ChatML", chatML, "Hello there\nTell me a story\n/system Be brief.\nThe end", "from the file", 3, []int{2}, []int{1, 3}, []string{"(system prompt set)"}},
+		{"reset", chatML, "Hello there\n/reset\nHello there\n/bogus\n//slash text", "from the file", 3, []int{3}, nil, []string{"(conversation cleared)", "unknown command /bogus, nothing sent"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := chatWith(t, tt.input, "-m", tt.model, "-n", "8", "--temp", "0", "--block-size", "4")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			if !strings.Contains(stderr, "format "+tt.wantFormat) {
+				t.Errorf("stderr does not name the format %q:\n%s", tt.wantFormat, stderr)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			lines := cachedLine.FindAllStringSubmatch(stderr, -1)
+			if len(lines) != tt.turns {
+				t.Fatalf("%d turns reported, want %d:\n%s", len(lines), tt.turns, stderr)
+			}
+			if n := strings.Count(stdout, "\n"); n != tt.turns {
+				t.Errorf("%d lines of replies, want %d: %q", n, tt.turns, stdout)
+			}
+			num := func(k, i int) int { v, _ := strconv.Atoi(lines[k-1][i]); return v }
+			for _, k := range tt.reused {
+				if prev := num(k-1, 2) + num(k-1, 3); num(k, 1) < prev-4 {
+					t.Errorf("turn %d: %d cached, want the previous turn's %d tokens within a block of 4", k, num(k, 1), prev)
+				}
+			}
+			for _, k := range tt.fresh {
+				if num(k, 1) != 0 {
+					t.Errorf("turn %d: %d cached, want 0", k, num(k, 1))
+				}
+			}
+			if strings.Contains(stdout, "<|im_end|>") {
+				t.Errorf("a reply shows <|im_end|>: %q", stdout)
+			}
+		})
+	}
+}
+
+// TestChatCommandRefuses: a bad command line, a missing model and a turn
+// the engine refuses each end with one line naming the cause.
+func TestChatCommandRefuses(t *testing.T) {
+	stories := testshared.Path(t, "models/stories260K.gguf")
+	tests := []struct {
+		name  string
+		input string
+		args  []string
+		code  int
+		want  string
+	}{
+		{"no model", "hi", nil, 1, "no model given"},
+		{"missing model", "hi", []string{"-m", filepath.Join(t.TempDir(), "none.gguf")}, 1, "no such file"},
+		{"bad -n", "hi", []string{"-m", stories, "-n", "0"}, 2, "want an integer from 1"},
+		{"a prompt longer than the context", strings.Repeat("word ", 600) + "\nshort", []string{"-m", stories, "-n", "2", "-c", "64"}, 1, "turn 1 of 2 failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := chatWith(t, tt.input, tt.args...)
+			last := stderr[strings.LastIndex(strings.TrimSuffix(stderr, "\n"), "\n")+1:]
+			if code != tt.code || !strings.Contains(last, tt.want) || !strings.HasPrefix(last, "kvscope chat: ") {
+				t.Errorf("exit %d, stderr %q; want exit %d and a last line saying %q", code, stderr, tt.code, tt.want)
+			}
+		})
+	}
+}
