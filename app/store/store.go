@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,9 +40,52 @@ type Message struct {
 	// produced them, so that the next prompt holds exactly the ids the
 	// prefix cache holds; Vocab names the vocabulary they belong to (see
 	// package app/chat), and ids of another vocabulary are not used.
-	IDs   []int     `json:"ids,omitempty"`
+	IDs   TokenIDs  `json:"ids,omitempty"`
 	Vocab string    `json:"vocab,omitempty"`
 	Time  time.Time `json:"time"`
+}
+
+// TokenIDs are token ids. They are saved as one string of decimal numbers
+// separated by spaces, which the indented file keeps on one line (an array
+// would take a line a number); an array of numbers loads too.
+type TokenIDs []int
+
+// MarshalJSON returns the ids as one string.
+func (t TokenIDs) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 2+6*len(t))
+	b = append(b, '"')
+	for i, id := range t {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = strconv.AppendInt(b, int64(id), 10)
+	}
+	return append(b, '"'), nil
+}
+
+// UnmarshalJSON reads ids saved by MarshalJSON, or an array of numbers.
+func (t *TokenIDs) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '[' {
+		var ids []int
+		err := json.Unmarshal(b, &ids)
+		*t = ids
+		return err
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("token ids: %w", err)
+	}
+	fields := strings.Fields(s)
+	ids := make(TokenIDs, len(fields))
+	for i, f := range fields {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return fmt.Errorf("token id %q is not a whole number", f)
+		}
+		ids[i] = n
+	}
+	*t = ids
+	return nil
 }
 
 // Sampling are a conversation's sampling settings.

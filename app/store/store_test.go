@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -52,6 +53,13 @@ func TestRoundTrip(t *testing.T) {
 	st.Version = Version
 	if !reflect.DeepEqual(gs, st) || !reflect.DeepEqual(gs.RecentModels, []string{"/a.gguf", "/b.gguf"}) {
 		t.Errorf("settings round trip: got %+v, want %+v", gs, st)
+	}
+	raw, err := os.ReadFile(filepath.Join(s.Dir(), ConversationsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"ids": "727 471 263 6635 29889 2"`) {
+		t.Errorf("a reply's ids are not saved as one line:\n%s", raw)
 	}
 	entries, _ := os.ReadDir(s.Dir())
 	for _, e := range entries {
@@ -167,7 +175,8 @@ func TestInterruptedReplies(t *testing.T) {
 func TestOldFileLoads(t *testing.T) {
 	s, _ := Open(t.TempDir())
 	old := `{"version": 1, "selected": 1, "next_id": 2, "conversations": [{"id": 1, "title": "Old", "sampling": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1, "max_tokens": 256, "seed": 0},
-		"messages": [{"role": "user", "text": "Hi", "time": "2026-11-29T12:00:00Z"}, {"role": "assistant", "text": " there", "finish": "stop", "tokens": 1, "prompt": 3, "cached": 0, "time": "2026-11-29T12:00:00Z"}],
+		"messages": [{"role": "user", "text": "Hi", "time": "2026-11-29T12:00:00Z"}, {"role": "assistant", "text": " there", "finish": "stop", "tokens": 1, "prompt": 3, "cached": 0, "time": "2026-11-29T12:00:00Z"},
+			{"role": "user", "text": "Again", "time": "2026-11-29T12:00:00Z"}, {"role": "assistant", "text": " and", "ids": [322], "vocab": "v1-x", "finish": "stop", "tokens": 1, "time": "2026-11-29T12:00:00Z"}],
 		"created": "2026-11-29T12:00:00Z", "updated": "2026-11-29T12:00:00Z"}]}`
 	if err := os.WriteFile(filepath.Join(s.Dir(), ConversationsFile), []byte(old), 0o644); err != nil {
 		t.Fatal(err)
@@ -176,12 +185,27 @@ func TestOldFileLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.List) != 1 || len(got.List[0].Messages) != 2 {
+	if len(got.List) != 1 || len(got.List[0].Messages) != 4 {
 		t.Fatalf("loaded %+v", got)
 	}
 	c := got.List[0]
 	if c.Plain || c.Thinking != nil || c.Messages[1].IDs != nil || c.Messages[1].Vocab != "" || c.Messages[1].Text != " there" {
 		t.Errorf("old conversation came back as %+v", c)
+	}
+	if ids := c.Messages[3].IDs; len(ids) != 1 || ids[0] != 322 {
+		t.Errorf("ids written as an array came back as %v", ids)
+	}
+}
+
+// Token ids that are not whole numbers are an error (so the file is set
+// aside, as for any bad value); extra spaces are not.
+func TestBadTokenIDs(t *testing.T) {
+	var ids TokenIDs
+	if err := json.Unmarshal([]byte(`"1 2 x"`), &ids); err == nil {
+		t.Errorf("ids \"1 2 x\" decoded as %v", ids)
+	}
+	if err := json.Unmarshal([]byte(`" 5  6 "`), &ids); err != nil || len(ids) != 2 || ids[1] != 6 {
+		t.Errorf("ids \" 5  6 \": %v %v", ids, err)
 	}
 }
 
