@@ -149,9 +149,9 @@ func (p *Prompter) Turns(c store.Conversation, upTo int) []echat.Turn {
 	return turns
 }
 
-// Options returns the template options of c's prompt: a generation prompt
+// TemplateOptions returns the template options of c's prompt: a generation prompt
 // after the turns, and c's thinking choice.
-func Options(c store.Conversation) echat.Options {
+func TemplateOptions(c store.Conversation) echat.Options {
 	return echat.Options{AddGenerationPrompt: true, EnableThinking: c.Thinking}
 }
 
@@ -162,7 +162,7 @@ func Options(c store.Conversation) echat.Options {
 // way each earlier reply is the ids it was generated as.
 func (p *Prompter) IDs(c store.Conversation, upTo int) ([]int, error) {
 	if p.Chat(c) {
-		ids, err := p.tmpl.PromptIDs(p.Turns(c, upTo), Options(c), p.tok, true)
+		ids, err := p.tmpl.PromptIDs(p.Turns(c, upTo), TemplateOptions(c), p.tok, true)
 		if err != nil {
 			return nil, fmt.Errorf("the chat template (%s) failed: %w; choose plain completion for this conversation to go on without it", p.TemplateName(), err)
 		}
