@@ -117,9 +117,17 @@ type reply struct {
 
 // generate submits prompt ids and reads the whole stream.
 func generate(t *testing.T, e *engine.Engine, ids []int, r engine.Request) reply {
+	return generateUntil(t, e, ids, r, nil)
+}
+
+// generateUntil is generate, cancelling the request after a token for
+// which until (when not nil) is true.
+func generateUntil(t *testing.T, e *engine.Engine, ids []int, r engine.Request, until func(int) bool) reply {
 	t.Helper()
 	r.Tokens = ids
-	s, err := e.Submit(context.Background(), r)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := e.Submit(ctx, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +139,9 @@ func generate(t *testing.T, e *engine.Engine, ids []int, r engine.Request) reply
 		}
 		out.ids = append(out.ids, c.Token)
 		out.text += c.Text
+		if until != nil && until(c.Token) {
+			cancel()
+		}
 	}
 	if out.final.Reason == engine.FinishError {
 		t.Fatal(out.final.Err)
@@ -243,7 +254,7 @@ func TestGenerationStopsAtIMEnd(t *testing.T) {
 		p := sample.DefaultParams()
 		p.Temperature, p.TopK, p.TopP, p.MinP, p.RepeatPenalty, p.Seed = 100, 0, 1, 0, 1, seed
 		e, _, _ := chatMLEngine(t, 16)
-		all := generate(t, e, ids, engine.Request{Sampling: &p, MaxTokens: most, IgnoreEOS: true})
+		all := generateUntil(t, e, ids, engine.Request{Sampling: &p, MaxTokens: most, IgnoreEOS: true}, tok.IsEOG)
 		first := slices.IndexFunc(all.ids, tok.IsEOG)
 		if first < 0 || all.ids[first] != imEnd {
 			continue

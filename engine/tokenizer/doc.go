@@ -47,6 +47,26 @@
 // as std::regex reads it. Code point categories come from Go's unicode
 // package (llama.cpp generates the same categories from UnicodeData.txt).
 //
+// # End of generation
+//
+// IsEOG tells the engine where a reply ends, as llama.cpp's vocabulary
+// loader decides it: EOS, EOT and EOM, the fill-in-the-middle pad, repo and
+// file-separator ids the metadata names, and every token whose text is one
+// of a known list (<|im_end|>, <|eot_id|>, <|eom_id|>, <end_of_turn>,
+// <|end|>, <|endoftext|>, <|end_of_text|>, <|return|>, <|call|>, <EOT>,
+// [EOS], <eos>, ...), whatever type the file gives it. Those tokens become
+// control tokens, so that text never spells them without parseSpecial and
+// Decode never shows them. Two exceptions follow llama.cpp: <|end|> ends a
+// message, not generation, beside <|return|> and <|call|> (gpt-oss) or
+// <|call|>/<|calls|> and <|flush|> (solar-open), and is rendered; and </s>
+// is ordinary text beside <|tool_response> (Gemma 4). When the metadata
+// names no EOT, the first of the end-of-turn texts the vocabulary has is
+// EOT.
+//
+// User-defined tokens (type 4, such as added <tool_call> tokens) are found
+// in text whether or not parseSpecial is set, as llama.cpp and Hugging
+// Face's tokenizers do; only control tokens need it. Decode shows them.
+//
 // # Decoding
 //
 // Piece shows a token's bytes with control tokens as text. Decode joins

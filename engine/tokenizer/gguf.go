@@ -35,6 +35,9 @@ const (
 	keyAddBOS      = "tokenizer.ggml.add_bos_token"
 	keyAddEOS      = "tokenizer.ggml.add_eos_token"
 	keySpacePrefix = "tokenizer.ggml.add_space_prefix"
+	keyFIMPad      = "tokenizer.ggml.fim_pad_token_id"
+	keyFIMRep      = "tokenizer.ggml.fim_rep_token_id"
+	keyFIMSep      = "tokenizer.ggml.fim_sep_token_id"
 )
 
 // FromGGUF builds the Tokenizer described by a GGUF file's tokenizer.ggml.*
@@ -119,6 +122,11 @@ func VocabFromGGUF(f Metadata) (*Vocab, error) {
 		}
 		if u, ok := f.Uint(id.key); ok && u < uint64(n) && u <= math.MaxInt32 {
 			*id.dst = int(u)
+		}
+	}
+	for _, key := range []string{keyFIMPad, keyFIMRep, keyFIMSep} {
+		if u, ok := f.Uint(key); ok && u < uint64(n) && u <= math.MaxInt32 {
+			v.EOG = append(v.EOG, int(u))
 		}
 	}
 	for _, b := range []struct {

@@ -60,6 +60,10 @@ type Vocab struct {
 	// EOT -1 is looked up by text (<|eot_id|>, <|im_end|> ...), as
 	// llama.cpp does.
 	BOS, EOS, EOT, EOM, UNK, PAD int
+	// EOG lists further end-of-generation ids the metadata names (the
+	// fill-in-the-middle pad, repo and file-separator tokens); the others
+	// are EOS, EOT, EOM and the tokens found by text (see IsEOG).
+	EOG []int
 	// AddBOS and AddEOS say whether Encode with addSpecial adds BOS / EOS.
 	AddBOS, AddEOS bool
 	// AddSpacePrefix (SPM) puts a space before text that starts the input
@@ -201,6 +205,11 @@ func New(v *Vocab) (*Tokenizer, error) {
 		}
 		*id.dst = id.src
 	}
+	for _, id := range v.EOG {
+		if id < 0 || id >= n {
+			return nil, fmt.Errorf("tokenizer: end-of-generation id %d is outside the vocabulary of %d tokens", id, n)
+		}
+	}
 	if t.addBOS && t.bos < 0 {
 		return nil, errors.New("tokenizer: add_bos_token is true, but there is no BOS token id")
 	}
@@ -208,7 +217,7 @@ func New(v *Vocab) (*Tokenizer, error) {
 		return nil, errors.New("tokenizer: add_eos_token is true, but there is no EOS token id")
 	}
 
-	t.findEndOfGeneration()
+	t.findEndOfGeneration(v.EOG)
 
 	for id, a := range t.attrs {
 		if a&(attrControl|attrUserDefined|attrUnknown) != 0 {
@@ -255,8 +264,11 @@ func attrOfType(typ int32) uint8 {
 
 // findEndOfGeneration finds the EOT token by text when none is given and
 // builds the set of end-of-generation ids, as llama.cpp's vocabulary loader
-// does. Tokens found by text are made control tokens.
-func (t *Tokenizer) findEndOfGeneration() {
+// does: extra (the metadata's), EOS, EOT, EOM and every token whose text is
+// one of eogTexts, whatever its type. Tokens found by text are made control
+// tokens, so that they are never matched in text without parseSpecial nor
+// shown by Decode.
+func (t *Tokenizer) findEndOfGeneration(extra []int) {
 	if t.eot < 0 {
 		for _, s := range eotTexts {
 			if id, ok := t.index[s]; ok {
@@ -267,6 +279,9 @@ func (t *Tokenizer) findEndOfGeneration() {
 		}
 	}
 	t.eog = make(map[int]bool)
+	for _, id := range extra {
+		t.eog[id] = true
+	}
 	for _, s := range eogTexts {
 		if id, ok := t.index[s]; ok {
 			t.eog[int(id)] = true
@@ -284,13 +299,18 @@ func (t *Tokenizer) findEndOfGeneration() {
 			t.eog[id] = true
 		}
 	}
-	// gpt-oss style vocabularies: <|end|> ends a message, not generation.
-	ret, hasRet := t.index["<|return|>"]
-	call, hasCall := t.index["<|call|>"]
-	end, hasEnd := t.index["<|end|>"]
-	if hasRet && hasCall && hasEnd && t.eog[int(ret)] && t.eog[int(call)] && t.eog[int(end)] {
+	// gpt-oss and solar-open style vocabularies: <|end|> ends a message,
+	// not generation.
+	eog := func(s string) bool { id, ok := t.index[s]; return ok && t.eog[int(id)] }
+	if end, ok := t.index["<|end|>"]; ok && eog("<|end|>") &&
+		(eog("<|return|>") && eog("<|call|>") || (eog("<|call|>") || eog("<|calls|>")) && eog("<|flush|>")) {
 		delete(t.eog, int(end))
 		t.attrs[end] = attrUserDefined
+	}
+	// Gemma 4 style vocabularies: </s> is not an end of generation.
+	if s, ok := t.index["</s>"]; ok && eog("</s>") && eog("<|tool_response>") {
+		delete(t.eog, int(s))
+		t.attrs[s] = attrNormal
 	}
 }
 
