@@ -2,13 +2,19 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"kvscope/engine/gguf"
 	"kvscope/engine/quant"
@@ -158,5 +164,76 @@ func TestChatCommandRefuses(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want exit %d and a last line saying %q", code, stderr, tt.code, tt.want)
 			}
 		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestChatCtrlCStopsTheReply runs kvscope chat in a child process whose
+// replies never end on their own (a rolling context, no token limit to
+// speak of): Ctrl-C (SIGINT) stops each reply, the chat goes on, and the
+// second turn still reuses the first from the cache.
+func TestChatCtrlCStopsTheReply(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGINT to send on Windows")
+	}
+	m := testshared.Path(t, "models/stories260K.gguf")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "chat", "-m", m, "--overflow", "rolling", "-c", "64", "-n", "1000000", "--temp", "0")
+	cmd.Env = append(os.Environ(), "KVSCOPE_CLI_CHILD=1")
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for !ok() {
+			if ctx.Err() != nil {
+				t.Fatalf("waiting for %s: stdout %q, stderr %q", what, stdout.String(), stderr.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for turn, text := range []string{"Once upon a time", "The dog ran"} {
+		before := len(stdout.String())
+		io.WriteString(in, text+"\n")
+		waitFor("the reply", func() bool { return len(stdout.String()) > before+20 })
+		cmd.Process.Signal(os.Interrupt)
+		waitFor("the turn's end", func() bool { return strings.Count(stderr.String(), "stopped by Ctrl-C") == turn+1 })
+	}
+	io.WriteString(in, "/quit\n")
+	in.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v: stderr %q", err, stderr.String())
+	}
+	t.Logf("stderr:\n%s", stderr.String())
+	lines := cachedLine.FindAllStringSubmatch(stderr.String(), -1)
+	if len(lines) != 2 {
+		t.Fatalf("%d turns reported, want 2: %q", len(lines), stderr.String())
+	}
+	if cached, _ := strconv.Atoi(lines[1][1]); cached == 0 {
+		t.Errorf("the second turn reused nothing: %q", lines[1][0])
 	}
 }

@@ -55,6 +55,22 @@
 // boundaries, so that where no message holds control-token text the ids
 // are exactly llama.cpp's for the rendered text.
 //
+// # Conversations and the prefix cache
+//
+// A chat sends the whole conversation again each turn, and the engine's
+// prefix cache serves the part it has seen, block by block, as long as the
+// new prompt's ids start with the old ones. Tokenizing a reply's text again
+// need not give the ids the model generated (a word it spelled in pieces
+// comes back whole), so PromptIDs takes each reply's generated ids
+// (Turn.IDs) and puts them in place of its content's tokens, with the
+// text before them ending its run there and the text after them encoded as
+// a continuation: the next prompt then starts with exactly the previous
+// prompt and reply, and only the end-of-turn marker, the new message and
+// the template around it are computed. llama.cpp's server keeps the ids of
+// a reply for the same reason. For plain completion, PromptIDs makes the
+// app's plain conversation text (the system prompt and a blank line, each
+// user message on a new line, each reply continuing its message).
+//
 // # Without a template
 //
 // A file with no tokenizer.chat_template gets a built-in template chosen by
