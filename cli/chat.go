@@ -27,6 +27,9 @@ const chatReplyTokens = 512
 // chatHelp lists chat's commands.
 const chatHelp = "/reset clears the conversation (the system prompt stays), /system TEXT sets the system prompt (none without TEXT), //TEXT sends TEXT starting with /, /quit or end of input leaves"
 
+// chatCmd is kvscope chat: a conversation with the model, one user turn
+// per line of input, each prompt made by chat.PromptIDs so that the cache
+// serves the history.
 func chatCmd(args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("chat", "-m FILE [--system TEXT] [-n N] [--temp T] [--seed S]", stderr)
 	path := fs.String("m", "", "GGUF model `file`")

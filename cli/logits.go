@@ -17,6 +17,9 @@ import (
 // maxIDsSize bounds the --ids file: far more ids than any context holds.
 const maxIDsSize = 1 << 28
 
+// logitsCmd is kvscope logits: the logits of every position of a sequence
+// of ids run as one sequence from position 0 (teacher-forced), written as
+// llama.cpp's reference files are: little-endian float32, [ids][vocab].
 func logitsCmd(args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("logits", "-m FILE --ids IDS.txt -o OUT.f32", stderr)
 	path := fs.String("m", "", "GGUF model `file`")
