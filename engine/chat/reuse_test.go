@@ -300,6 +300,7 @@ func TestPromptIDsKeepThePrefix(t *testing.T) {
 		{"ChatML from the file", []string{"<|im_start|>", "<|im_end|>"}, chatMLTemplate, chat.NameFromFile},
 		{"Llama 3 (trims the content)", []string{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}, "", "Llama 3"},
 		{"Gemma (no system role)", []string{"<start_of_turn>", "<end_of_turn>"}, "", "Gemma"},
+		{"Llama 2 (a space before the trimmed reply)", []string{"[INST]", "[/INST]"}, "", "Llama 2"},
 		{"plain completion", nil, "", chat.NamePlain},
 	}
 	for _, tt := range tests {
