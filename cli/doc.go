@@ -1,6 +1,7 @@
-// Package cli implements kvscope's headless subcommands (run, info,
-// tokenize, perplexity, gen-model, bench): flag parsing, output formats and
-// error messages, on top of the engine packages.
+// Package cli implements kvscope's headless subcommands (run, chat, info,
+// tokenize, template, perplexity, logits, gen-model, bench, models, pull):
+// flag parsing, output formats and error messages, on top of the engine
+// packages.
 //
 // Every flag is checked when it is parsed, before any work: a value outside
 // its range (each count has an upper bound far below what would overflow
