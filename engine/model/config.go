@@ -8,7 +8,7 @@ import (
 
 // Config is a model's shape and hyper-parameters, read from GGUF metadata.
 type Config struct {
-	Arch      string  // "llama" or "qwen2"
+	Arch      string  // "llama", "qwen2", "qwen3" or "phi3"
 	Dim       int     // embedding length
 	Layers    int     // transformer blocks
 	Heads     int     // query heads
@@ -25,7 +25,7 @@ type Config struct {
 }
 
 // Supported lists the architectures this package runs.
-var Supported = []string{"llama", "qwen2"}
+var Supported = []string{"llama", "qwen2", "qwen3", "phi3"}
 
 // ReadConfig reads a model's Config from GGUF metadata, with clear errors for
 // missing or impossible values and unsupported architectures.
@@ -38,7 +38,7 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	c.Arch = arch
 	switch arch {
 	case "llama":
-	case "qwen2":
+	case "qwen2", "qwen3", "phi3":
 		c.RopeNeoX = true
 	default:
 		return c, fmt.Errorf("architecture %q is not supported (supported: %v)", arch, Supported)

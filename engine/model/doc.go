@@ -1,4 +1,7 @@
-// Package model provides the Llama family's forward pass (llama, qwen2) over
+// Package model provides the Llama family's forward pass (llama, including
+// Llama 3's rope_freqs and tied output; qwen2; qwen3 with its per-head q/k
+// norms; phi3 with its fused q/k/v and gate/up matrices, cut into the
+// layer's matrices at load without a copy) over
 // a batch of tokens from several sequences, with weights bound from a GGUF
 // file by name and K/V kept in paged blocks.
 //

@@ -72,6 +72,10 @@ func (m *Model) Forward(kv backend.Cache, b *Batch) ([][]float32, error) {
 		be.MatMul(r.q, lw.q, r.xb, n)
 		be.MatMul(r.k, lw.k, r.xb, n)
 		be.MatMul(r.v, lw.v, r.xb, n)
+		if lw.qNorm != nil { // qwen3: each head's q and k normalized
+			be.RMSNorm(r.q, r.q, lw.qNorm, n*c.Heads, c.HeadDim, c.NormEps)
+			be.RMSNorm(r.k, r.k, lw.kNorm, n*c.KVHeads, c.HeadDim, c.NormEps)
+		}
 		be.RoPE(r.q, c.Heads, r.rows.Pos, &w.rope)
 		be.RoPE(r.k, c.KVHeads, r.rows.Pos, &w.rope)
 		be.WriteKV(kv, l, r.k, r.v, r.slots)
@@ -240,6 +244,7 @@ type boundWeights struct {
 
 type boundLayer struct {
 	attnNorm, ffnNorm          backend.Buffer
+	qNorm, kNorm               backend.Buffer // nil: no per-head q/k norm
 	q, k, v, o, gate, up, down backend.Weight
 }
 
@@ -297,6 +302,12 @@ func (m *Model) bind(be backend.Backend) (*boundWeights, error) {
 		src, dst := &m.W.Layers[i], &w.layers[i]
 		p := fmt.Sprintf("blk.%d.", i)
 		dst.attnNorm, dst.ffnNorm = vector(src.AttnNorm), vector(src.FFNNorm)
+		if src.QNorm != nil || src.KNorm != nil {
+			if src.QNorm == nil || src.KNorm == nil {
+				err = fmt.Errorf("layer %d has a norm for only one of q and k", i)
+			}
+			dst.qNorm, dst.kNorm = vector(src.QNorm), vector(src.KNorm)
+		}
 		dst.q = weight(p+"attn_q.weight", src.Q, src.QBias)
 		dst.k = weight(p+"attn_k.weight", src.K, src.KBias)
 		dst.v = weight(p+"attn_v.weight", src.V, src.VBias)
@@ -330,7 +341,7 @@ func (w *boundWeights) free() {
 				h.Free()
 			}
 		}
-		for _, h := range []backend.Buffer{l.attnNorm, l.ffnNorm} {
+		for _, h := range []backend.Buffer{l.attnNorm, l.ffnNorm, l.qNorm, l.kNorm} {
 			if h != nil {
 				h.Free()
 			}

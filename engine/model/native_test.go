@@ -29,6 +29,7 @@ func TestNativeBackend(t *testing.T) {
 		{"StoriesGreedy", TestStoriesGreedy},
 		{"StoriesTeacherForced", TestStoriesTeacherForced},
 		{"Parity", TestParity},
+		{"ParityArchitectures", TestParityArchitectures},
 		{"BatchInvariance", TestBatchInvariance},
 		{"BlockSizeInvariance", TestBlockSizeInvariance},
 		{"ShiftKeys", TestShiftKeys},

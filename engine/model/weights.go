@@ -30,6 +30,8 @@ type Layer struct {
 	QBias    []float32 `gguf:"blk.%d.attn_q.bias,optional" shape:"q"`
 	KBias    []float32 `gguf:"blk.%d.attn_k.bias,optional" shape:"kv"`
 	VBias    []float32 `gguf:"blk.%d.attn_v.bias,optional" shape:"kv"`
+	QNorm    []float32 `gguf:"blk.%d.attn_q_norm.weight,optional" shape:"head"` // qwen3: RMSNorm of each query head
+	KNorm    []float32 `gguf:"blk.%d.attn_k_norm.weight,optional" shape:"head"` // and of each key head, before RoPE
 	FFNNorm  []float32 `gguf:"blk.%d.ffn_norm.weight" shape:"dim"`
 	Gate     Matrix    `gguf:"blk.%d.ffn_gate.weight" shape:"ff,dim"`
 	Up       Matrix    `gguf:"blk.%d.ffn_up.weight" shape:"ff,dim"`
@@ -45,16 +47,44 @@ type Weights struct {
 	Layers    []Layer
 }
 
-// layerTensors is the number of tensors every layer must have.
-var layerTensors = func() int {
+// fusedLayer is a phi3 layer as stored: q, k and v in one matrix, and the
+// gate and up projections in another (gate first). Loading cuts them into a
+// Layer's matrices, sharing the file's bytes (a matrix's rows are
+// consecutive).
+type fusedLayer struct {
+	AttnNorm []float32 `gguf:"blk.%d.attn_norm.weight" shape:"dim"`
+	QKV      Matrix    `gguf:"blk.%d.attn_qkv.weight" shape:"qkv,dim"`
+	O        Matrix    `gguf:"blk.%d.attn_output.weight" shape:"dim,q"`
+	FFNNorm  []float32 `gguf:"blk.%d.ffn_norm.weight" shape:"dim"`
+	GateUp   Matrix    `gguf:"blk.%d.ffn_up.weight" shape:"ff2,dim"`
+	Down     Matrix    `gguf:"blk.%d.ffn_down.weight" shape:"dim,ff"`
+}
+
+// layer cuts a fused layer into a Layer.
+func (fl *fusedLayer) layer(c *Config) Layer {
+	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	return Layer{AttnNorm: fl.AttnNorm, FFNNorm: fl.FFNNorm, O: fl.O, Down: fl.Down,
+		Q: fl.QKV.rows(0, q), K: fl.QKV.rows(q, q+kv), V: fl.QKV.rows(q+kv, q+2*kv),
+		Gate: fl.GateUp.rows(0, c.FFDim), Up: fl.GateUp.rows(c.FFDim, 2*c.FFDim)}
+}
+
+// rows returns rows [from, to) of m, sharing its bytes.
+func (m Matrix) rows(from, to int) Matrix {
+	rb := len(m.Data) / m.Rows
+	return Matrix{Type: m.Type, Rows: to - from, Cols: m.Cols, Data: m.Data[from*rb : to*rb : to*rb]}
+}
+
+// tensorsOf is the number of tensors every layer of struct type T must
+// have.
+func tensorsOf[T any]() int {
 	n := 0
-	for f := range reflect.TypeFor[Layer]().Fields() {
+	for f := range reflect.TypeFor[T]().Fields() {
 		if tag, ok := f.Tag.Lookup("gguf"); ok && !strings.HasSuffix(tag, ",optional") {
 			n++
 		}
 	}
 	return n
-}()
+}
 
 // sizes names the sizes that shape tags use.
 func (c *Config) sizes() map[string]int {
@@ -65,6 +95,9 @@ func (c *Config) sizes() map[string]int {
 		"ff":    c.FFDim,
 		"vocab": c.Vocab,
 		"rope":  c.RopeDim / 2,
+		"head":  c.HeadDim,
+		"qkv":   (c.Heads + 2*c.KVHeads) * c.HeadDim,
+		"ff2":   2 * c.FFDim,
 	}
 }
 
@@ -140,6 +173,11 @@ func sameShape(dims []uint64, want []int) bool {
 // makes the layers it checks that the file holds enough tensors for them,
 // so that a count in the metadata never sizes an allocation by itself.
 func loadWeights(f *gguf.File, c Config) (*Weights, error) {
+	fused := c.Arch == "phi3"
+	layerTensors := tensorsOf[Layer]()
+	if fused {
+		layerTensors = tensorsOf[fusedLayer]()
+	}
 	if c.Layers > len(f.Tensors)/layerTensors {
 		return nil, fmt.Errorf("metadata %s.block_count is %d, but the file's %d tensors hold at most %d blocks of %d tensors",
 			c.Arch, c.Layers, len(f.Tensors), len(f.Tensors)/layerTensors, layerTensors)
@@ -154,6 +192,14 @@ func loadWeights(f *gguf.File, c Config) (*Weights, error) {
 	}
 	w.Layers = make([]Layer, c.Layers)
 	for i := range w.Layers {
+		if fused {
+			var fl fusedLayer
+			if err := bind(f, sizes, &fl, i); err != nil {
+				return nil, err
+			}
+			w.Layers[i] = fl.layer(&c)
+			continue
+		}
 		if err := bind(f, sizes, &w.Layers[i], i); err != nil {
 			return nil, err
 		}
