@@ -96,9 +96,9 @@ func TestScan(t *testing.T) {
 	writeFile(t, filepath.Join(cache, "kvscope/models/org/tiny-GGUF/next.gguf.part"), []byte("GGUF partial"))
 	writeFile(t, filepath.Join(cache, "kvscope/models/org/tiny-GGUF/next.gguf.lock"), nil)
 
-	writeModel(t, filepath.Join(cache, "llama.cpp/ggml-org_gemma-3-1b-it-GGUF_gemma-3-1b-it-Q8_0.gguf"), "gemma3", quant.Q8_0,
+	writeModel(t, filepath.Join(cache, "llama.cpp/ggml-org_gemma-4-E2B-it-GGUF_gemma-4-E2B-it-Q8_0.gguf"), "gemma4", quant.Q8_0,
 		gguf.NewKV("general.file_type", uint32(7)))
-	writeFile(t, filepath.Join(cache, "llama.cpp/ggml-org_gemma-3-1b-it-GGUF_gemma-3-1b-it-Q8_0.gguf.etag"), []byte(`"x"`))
+	writeFile(t, filepath.Join(cache, "llama.cpp/ggml-org_gemma-4-E2B-it-GGUF_gemma-4-E2B-it-Q8_0.gguf.etag"), []byte(`"x"`))
 
 	writeModel(t, filepath.Join(home, ".lmstudio/models/pub/m-GGUF/m-IQ2_XXS.gguf"), "llama", quant.IQ2_XXS,
 		gguf.NewKV("general.file_type", uint32(19)))
@@ -132,7 +132,7 @@ func TestScan(t *testing.T) {
 		err         string // in Err
 	}{
 		{".cache/kvscope/models/org/tiny-GGUF/tiny-q8_0.gguf", SourceKvscope, "org/tiny-GGUF", "llama", "Q8_0", true, "", ""},
-		{".cache/llama.cpp/ggml-org_gemma-3-1b-it-GGUF_gemma-3-1b-it-Q8_0.gguf", SourceLlamaCpp, "", "gemma3", "Q8_0", false, `architecture "gemma3" is not supported`, ""},
+		{".cache/llama.cpp/ggml-org_gemma-4-E2B-it-GGUF_gemma-4-E2B-it-Q8_0.gguf", SourceLlamaCpp, "", "gemma4", "Q8_0", false, `architecture "gemma4" is not supported`, ""},
 		{".lmstudio/models/pub/m-GGUF/m-IQ2_XXS.gguf", SourceLMStudio, "pub/m-GGUF", "llama", "IQ2_XXS", false, "tensor type IQ2_XXS is not supported", ""},
 		{".cache/lm-studio/models/pub2/big-GGUF/big-00001-of-00002.gguf", SourceLMStudio, "pub2/big-GGUF", "llama", "F16", false, "part 1 of a model split into 2 files", ""},
 		{".cache/huggingface/hub/models--Org--Broken/snapshots/ccc/bad.gguf", SourceHFHub, "Org/Broken", "", "", false, "", "malformed GGUF"},

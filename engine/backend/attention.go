@@ -166,6 +166,14 @@ func (a *attnCall) row(i int, sc *attnScratch) {
 			dots(scores, qh, kb[g*stride*hd:], a.scale)
 		}
 	}
+	if w := int(a.r.Window); w > 0 && nPos > w {
+		// A sliding window: the positions before it weigh nothing.
+		for h := range a.heads {
+			for t := range nPos - w {
+				sc.scores[h*nPos+t] = float32(math.Inf(-1))
+			}
+		}
+	}
 	for h := range a.heads {
 		softmax(sc.scores[h*nPos : (h+1)*nPos])
 	}

@@ -53,6 +53,11 @@ type Backend interface {
 	SwiGLU(gate, up Buffer, count int)
 	// Add sets x[i] += y[i] for the first count values.
 	Add(x, y Buffer, count int)
+	// Scale sets x[i] *= s for the first count values.
+	Scale(x Buffer, count int, s float32)
+	// GeGLU sets gate[i] = gelu(gate[i]) * up[i] for the first count
+	// values, with GELU's tanh approximation (Gemma's feed-forward).
+	GeGLU(gate, up Buffer, count int)
 	// Gather copies row rows[j] of src into row j of dst, rows of width
 	// values.
 	Gather(dst, src Buffer, rows []int32, width int)
@@ -124,4 +129,7 @@ type Rows struct {
 	Seqs       []int32 // len(Seqs) = sequences+1; Seqs[0] = 0, the last = rows
 	TableStart []int32 // len(TableStart) = sequences+1
 	Tables     []int32 // every sequence's block table, one after another
+	// Window, when positive, limits every row to its Window latest
+	// positions (its own and Window-1 before): a sliding-window layer.
+	Window int32
 }

@@ -194,6 +194,23 @@ func (goBackend) SwiGLU(gate, up Buffer, count int) {
 	}
 }
 
+func (goBackend) Scale(x Buffer, count int, s float32) {
+	xs := vals(x)[:count]
+	for i := range xs {
+		xs[i] *= s
+	}
+}
+
+// GeGLU's GELU is the tanh approximation, in float64 as ggml's reference.
+func (goBackend) GeGLU(gate, up Buffer, count int) {
+	g, u := vals(gate)[:count], vals(up)[:count]
+	const c = 0.7978845608028654 // sqrt(2/pi)
+	for i, v := range g {
+		x := float64(v)
+		g[i] = float32(0.5*x*(1+math.Tanh(c*(x+0.044715*x*x*x)))) * u[i]
+	}
+}
+
 func (goBackend) Add(x, y Buffer, count int) {
 	xs, ys := vals(x)[:count], vals(y)[:count]
 	for i := range xs {

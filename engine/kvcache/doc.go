@@ -109,6 +109,11 @@
 // reader; a slow reader learns how many events it missed. Check verifies
 // every invariant, for tests.
 //
+// Sliding-window layers (Gemma 3's local layers) attend only to their last
+// W positions, but a block spans every layer, and the model's global layers
+// still read the whole sequence: the cache keeps all of a sequence's blocks,
+// and the window is applied by attention, not by freeing blocks.
+//
 // The Manager itself is not safe for concurrent use: one goroutine (the
 // engine's) owns it.
 package kvcache

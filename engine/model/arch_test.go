@@ -11,12 +11,14 @@ import (
 
 // TestParityArchitectures compares the newer architectures' logits with
 // llama.cpp's: Llama 3 (rope_freqs, tied output), qwen3 (per-head q/k
-// norms, NeoX RoPE) and phi3 (fused q/k/v and gate/up). The bounds are the
+// norms, NeoX RoPE), phi3 (fused q/k/v and gate/up) and gemma3. The bounds are the
 // issue's: F32 files within 0.5% of the logits' std and a mean KL of 2e-5;
 // Q8_0 files, where llama.cpp rounds activations to 8 bits (an exact engine
-// lands 1.3–1.9% away), within 3% and 2e-3.
+// lands 1.3–1.9% away), within 3% and 2e-3. Gemma 3 adds scaled
+// embeddings, GELU, post-attention and post-FFN norms, and sliding-window
+// layers with their own RoPE base beside a global one.
 func TestParityArchitectures(t *testing.T) {
-	for _, name := range []string{"llama3-Q8_0", "qwen3-Q8_0", "phi3-F32", "phi3-Q8_0"} {
+	for _, name := range []string{"llama3-Q8_0", "qwen3-Q8_0", "phi3-F32", "phi3-Q8_0", "gemma3-F32", "gemma3-Q8_0"} {
 		t.Run(name, func(t *testing.T) {
 			m := load(t, "models/parity/parity-"+name+".gguf")
 			ids := "models/parity/parity.ids"

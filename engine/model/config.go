@@ -2,13 +2,14 @@ package model
 
 import (
 	"fmt"
+	"math"
 
 	"kvscope/engine/gguf"
 )
 
 // Config is a model's shape and hyper-parameters, read from GGUF metadata.
 type Config struct {
-	Arch      string  // "llama", "qwen2", "qwen3" or "phi3"
+	Arch      string  // "llama", "qwen2", "qwen3", "phi3" or "gemma3"
 	Dim       int     // embedding length
 	Layers    int     // transformer blocks
 	Heads     int     // query heads
@@ -22,10 +23,22 @@ type Config struct {
 	RopeBase  float32 // RoPE frequency base
 	RopeScale float32 // linear RoPE scaling factor (positions are divided by it); 1 for none
 	RopeNeoX  bool    // rotate the two halves of a head (NeoX) instead of adjacent pairs
+
+	// Gemma 3.
+	EmbedScale    float32 // input embeddings are multiplied by it (sqrt(Dim)); 0: not scaled
+	GELU          bool    // the feed-forward is gelu(gate)·up, not silu(gate)·up
+	Window        int     // sliding-window layers see their Window latest positions; 0: none
+	WindowPeriod  int     // layer l has the window iff l%WindowPeriod < WindowPeriod-1
+	RopeBaseLocal float32 // the sliding-window layers' RoPE base
+}
+
+// Local reports whether layer l is a sliding-window layer.
+func (c *Config) Local(l int) bool {
+	return c.Window > 0 && l%c.WindowPeriod < c.WindowPeriod-1
 }
 
 // Supported lists the architectures this package runs.
-var Supported = []string{"llama", "qwen2", "qwen3", "phi3"}
+var Supported = []string{"llama", "qwen2", "qwen3", "phi3", "gemma3"}
 
 // ReadConfig reads a model's Config from GGUF metadata, with clear errors for
 // missing or impossible values and unsupported architectures.
@@ -40,6 +53,8 @@ func ReadConfig(f *gguf.File) (Config, error) {
 	case "llama":
 	case "qwen2", "qwen3", "phi3":
 		c.RopeNeoX = true
+	case "gemma3":
+		c.RopeNeoX, c.GELU = true, true
 	default:
 		return c, fmt.Errorf("architecture %q is not supported (supported: %v)", arch, Supported)
 	}
@@ -119,6 +134,19 @@ func ReadConfig(f *gguf.File) (Config, error) {
 		}
 	} else if typ != "" && typ != "none" {
 		return c, fmt.Errorf("RoPE scaling %q is not supported (only linear)", typ)
+	}
+	if arch == "gemma3" {
+		c.EmbedScale = float32(math.Sqrt(float64(c.Dim)))
+		if err := optional("attention.sliding_window", &c.Window); err != nil {
+			return c, err
+		}
+		// Converted Gemma 3 files carry no pattern: llama.cpp's default,
+		// five local layers then a global one.
+		c.WindowPeriod = 6
+		c.RopeBaseLocal = 10000
+		if v, ok := f.Float(arch + ".rope.freq_base_swa"); ok {
+			c.RopeBaseLocal = float32(v)
+		}
 	}
 	if emb, ok := f.Tensor("token_embd.weight"); ok && len(emb.Dims) == 2 {
 		c.Vocab = int(emb.Dims[1])

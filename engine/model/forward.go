@@ -63,6 +63,9 @@ func (m *Model) Forward(kv backend.Cache, b *Batch) ([][]float32, error) {
 	r.describe(b, kv.Config().BlockSize)
 
 	be.Embed(r.x, w.embed, r.tokens)
+	if c.EmbedScale != 0 {
+		be.Scale(r.x, n*c.Dim, c.EmbedScale)
+	}
 
 	for l := range w.layers {
 		lw := &w.layers[l]
@@ -76,19 +79,34 @@ func (m *Model) Forward(kv backend.Cache, b *Batch) ([][]float32, error) {
 			be.RMSNorm(r.q, r.q, lw.qNorm, n*c.Heads, c.HeadDim, c.NormEps)
 			be.RMSNorm(r.k, r.k, lw.kNorm, n*c.KVHeads, c.HeadDim, c.NormEps)
 		}
-		be.RoPE(r.q, c.Heads, r.rows.Pos, &w.rope)
-		be.RoPE(r.k, c.KVHeads, r.rows.Pos, &w.rope)
+		rope := &w.rope
+		r.rows.Window = 0
+		if c.Local(l) { // gemma3: a sliding-window layer, with its own RoPE base
+			rope, r.rows.Window = &w.ropeLocal, int32(c.Window)
+		}
+		be.RoPE(r.q, c.Heads, r.rows.Pos, rope)
+		be.RoPE(r.k, c.KVHeads, r.rows.Pos, rope)
 		be.WriteKV(kv, l, r.k, r.v, r.slots)
 		be.Attention(r.att, kv, l, r.q, c.Heads, &r.rows)
 		be.MatMul(r.xb, lw.o, r.att, n)
+		if lw.postAttnNorm != nil {
+			be.RMSNorm(r.xb, r.xb, lw.postAttnNorm, n, c.Dim, c.NormEps)
+		}
 		be.Add(r.x, r.xb, n*c.Dim)
 
-		// --- feed-forward (SwiGLU)
+		// --- feed-forward (SwiGLU, or GeGLU for gemma3)
 		be.RMSNorm(r.xb, r.x, lw.ffnNorm, n, c.Dim, c.NormEps)
 		be.MatMul(r.hb, lw.gate, r.xb, n)
 		be.MatMul(r.hb2, lw.up, r.xb, n)
-		be.SwiGLU(r.hb, r.hb2, n*c.FFDim)
+		if c.GELU {
+			be.GeGLU(r.hb, r.hb2, n*c.FFDim)
+		} else {
+			be.SwiGLU(r.hb, r.hb2, n*c.FFDim)
+		}
 		be.MatMul(r.xb, lw.down, r.hb, n)
+		if lw.postFFNNorm != nil {
+			be.RMSNorm(r.xb, r.xb, lw.postFFNNorm, n, c.Dim, c.NormEps)
+		}
 		be.Add(r.x, r.xb, n*c.Dim)
 	}
 
@@ -239,12 +257,14 @@ type boundWeights struct {
 	embed, out backend.Weight
 	outNorm    backend.Buffer
 	rope       backend.Rope
+	ropeLocal  backend.Rope // gemma3's sliding-window layers' (another base)
 	layers     []boundLayer
 }
 
 type boundLayer struct {
 	attnNorm, ffnNorm          backend.Buffer
 	qNorm, kNorm               backend.Buffer // nil: no per-head q/k norm
+	postAttnNorm, postFFNNorm  backend.Buffer // nil: none (all but gemma3)
 	q, k, v, o, gate, up, down backend.Weight
 }
 
@@ -272,6 +292,8 @@ func (m *Model) rope() backend.Rope {
 // bind makes handles on be for every weight of the model.
 func (m *Model) bind(be backend.Backend) (*boundWeights, error) {
 	w := &boundWeights{be: be, layers: make([]boundLayer, len(m.W.Layers)), rope: m.rope()}
+	w.ropeLocal = w.rope
+	w.ropeLocal.Base = m.RopeBaseLocal
 	var err error
 	weight := func(name string, x Matrix, bias []float32) backend.Weight {
 		if err != nil {
@@ -308,6 +330,12 @@ func (m *Model) bind(be backend.Backend) (*boundWeights, error) {
 			}
 			dst.qNorm, dst.kNorm = vector(src.QNorm), vector(src.KNorm)
 		}
+		if src.PostAttnNorm != nil {
+			dst.postAttnNorm = vector(src.PostAttnNorm)
+		}
+		if src.PostFFNNorm != nil {
+			dst.postFFNNorm = vector(src.PostFFNNorm)
+		}
 		dst.q = weight(p+"attn_q.weight", src.Q, src.QBias)
 		dst.k = weight(p+"attn_k.weight", src.K, src.KBias)
 		dst.v = weight(p+"attn_v.weight", src.V, src.VBias)
@@ -341,7 +369,7 @@ func (w *boundWeights) free() {
 				h.Free()
 			}
 		}
-		for _, h := range []backend.Buffer{l.attnNorm, l.ffnNorm, l.qNorm, l.kNorm} {
+		for _, h := range []backend.Buffer{l.attnNorm, l.ffnNorm, l.qNorm, l.kNorm, l.postAttnNorm, l.postFFNNorm} {
 			if h != nil {
 				h.Free()
 			}

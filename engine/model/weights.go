@@ -33,9 +33,13 @@ type Layer struct {
 	QNorm    []float32 `gguf:"blk.%d.attn_q_norm.weight,optional" shape:"head"` // qwen3: RMSNorm of each query head
 	KNorm    []float32 `gguf:"blk.%d.attn_k_norm.weight,optional" shape:"head"` // and of each key head, before RoPE
 	FFNNorm  []float32 `gguf:"blk.%d.ffn_norm.weight" shape:"dim"`
-	Gate     Matrix    `gguf:"blk.%d.ffn_gate.weight" shape:"ff,dim"`
-	Up       Matrix    `gguf:"blk.%d.ffn_up.weight" shape:"ff,dim"`
-	Down     Matrix    `gguf:"blk.%d.ffn_down.weight" shape:"dim,ff"`
+	// Gemma 3 normalizes the attention's and the feed-forward's outputs
+	// before each residual add.
+	PostAttnNorm []float32 `gguf:"blk.%d.post_attention_norm.weight,optional" shape:"dim"`
+	PostFFNNorm  []float32 `gguf:"blk.%d.post_ffw_norm.weight,optional" shape:"dim"`
+	Gate         Matrix    `gguf:"blk.%d.ffn_gate.weight" shape:"ff,dim"`
+	Up           Matrix    `gguf:"blk.%d.ffn_up.weight" shape:"ff,dim"`
+	Down         Matrix    `gguf:"blk.%d.ffn_down.weight" shape:"dim,ff"`
 }
 
 // Weights holds all of a model's weights.
