@@ -62,6 +62,11 @@ func loadModel(path string) (*loaded, error) {
 	if path == DemoModel {
 		return loadDemo()
 	}
+	// Saved settings name the model absolutely, so that the app finds it
+	// again when started from another folder.
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open model %s: %w", path, err)
