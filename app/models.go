@@ -200,10 +200,3 @@ func tensorTypes(f *gguf.File) string {
 
 // errNoModel is what actions needing a model say without one.
 var errNoModel = errors.New("no model is open: open a GGUF file or start the demo model first")
-
-// RecommendedModels says where to get a small chat model until kvscope can
-// download one.
-const RecommendedModels = `kvscope cannot download models yet (a later version will). Get a small chat model in GGUF format and open it here, for example:
-  • Qwen2.5 0.5B Instruct, Q8_0 (about 530 MB): huggingface.co/Qwen/Qwen2.5-0.5B-Instruct-GGUF, file qwen2.5-0.5b-instruct-q8_0.gguf
-  • TinyLlama 1.1B Chat, Q4_0 (about 640 MB): huggingface.co/TheBloke/TinyLlama-1.1B-Chat-v1.0-GGUF, file tinyllama-1.1b-chat-v1.0.Q4_0.gguf
-Any Llama- or Qwen2-architecture GGUF works. Download it in your browser, then choose "Open a GGUF file".`

@@ -1,0 +1,691 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/theme"
+	"fyne.io/fyne/v2/widget"
+	"github.com/dustin/go-humanize"
+
+	"kvscope/app/uithread"
+	"kvscope/hub"
+)
+
+// ModelsDirEnv names the environment variable that overrides kvscope's own
+// models folder, where downloads go and the first place the scan looks
+// (default hub.ModelsDir(), os.UserCacheDir()/kvscope/models).
+const ModelsDirEnv = "KVSCOPE_MODELS_DIR"
+
+// modelsDir is kvscope's models folder: ModelsDirEnv, else hub.ModelsDir.
+func modelsDir() (string, error) {
+	if d := strings.TrimSpace(os.Getenv(ModelsDirEnv)); d != "" {
+		return d, nil
+	}
+	return hub.ModelsDir()
+}
+
+// newHubClient is hub.NewClient on the folder modelsDir names: the
+// endpoint of HF_ENDPOINT, the token of HF_TOKEN (or the token file), five
+// retries. It reads files, so it runs off the UI goroutine.
+func newHubClient() (*hub.Client, error) {
+	e, err := hub.Endpoint()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := modelsDir()
+	if err != nil {
+		return nil, err
+	}
+	return &hub.Client{Endpoint: e, Token: hub.Token(), Dir: dir, Retries: 5}, nil
+}
+
+// modelTab is the Models tab and its twin on the first-run screen: the
+// GGUF files the user has (hub.Scan over hub.DefaultDirs, the kvscope
+// folder as modelsDir says) and the curated catalog (hub.Catalog), each
+// entry with a resumable download. Its state belongs to the UI goroutine;
+// scans, downloads and discards run on goroutines of their own, which
+// never wait for the UI (their results go through uithread.Do), so that
+// close can wait for them while holding the UI.
+type modelTab struct {
+	a       *App
+	ctx     context.Context // cancelled by close: pauses every download
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the goroutines that touch the models folder
+	client  *hub.Client    // nil until the start-up goroutine made it
+	dirs    hub.Dirs
+	problem string // why downloads cannot run ("" when they can)
+	closed  bool
+
+	scanning bool
+	locals   []hub.Local
+	rows     []*catRow
+	views    []*modelView
+}
+
+// modelView is one place the lists are drawn: the first-run screen or the
+// Models tab.
+type modelView struct {
+	root    fyne.CanvasObject
+	scan    *widget.Label   // the scan's state
+	rescan  *widget.Button  // scans again
+	locals  *fyne.Container // one row per file found
+	catalog []*catView      // one per catalog entry, in rows' order
+	hubLine *widget.Label   // where downloads come from, or why they cannot run
+	box     *fyne.Container // the whole list
+}
+
+// dlState is where a catalog entry's download stands.
+type dlState int
+
+const (
+	dlUnknown    dlState = iota // not looked at yet (start-up)
+	dlNone                      // nothing on disk
+	dlRunning                   // a download runs
+	dlPausing                   // its context was cancelled; it has not ended yet
+	dlPaused                    // a part is kept for a resume
+	dlFailed                    // the last try failed (a part may be kept)
+	dlDone                      // the file is in the models folder
+	dlDiscarding                // its part is being deleted
+)
+
+// catRow is one catalog entry's download state (UI goroutine).
+type catRow struct {
+	e      hub.Entry
+	state  dlState
+	run    int // counts the runs, so that a late progress event of an old one is ignored
+	cancel context.CancelFunc
+	p      hub.Progress // the last progress event of the run
+	part   int64        // bytes kept for a resume
+	total  int64        // the file's size as the hub said, when known
+	err    string       // the last failure, one line
+	note   string       // the last remark of the download
+	path   string       // the finished file
+	local  *hub.Local   // the finished file, inspected
+}
+
+// catView is one catalog entry's widgets in one modelView.
+type catView struct {
+	title, detail, status, speed, errLine  *widget.Label
+	bar                                    *widget.ProgressBar
+	download, pause, resume, discard, open *widget.Button
+}
+
+// newModelTab makes the lists with no content yet; start fills them.
+func newModelTab(a *App) *modelTab {
+	m := &modelTab{a: a}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	for _, e := range hub.Catalog {
+		m.rows = append(m.rows, &catRow{e: e})
+	}
+	return m
+}
+
+// view makes one more place the lists are drawn.
+func (m *modelTab) view() *modelView {
+	v := &modelView{scan: widget.NewLabel("Looking for GGUF files on this machine…"), locals: container.NewVBox()}
+	v.scan.Wrapping = fyne.TextWrapWord
+	v.rescan = widget.NewButtonWithIcon("Look again", theme.ViewRefreshIcon(), m.startScan)
+	v.hubLine = widget.NewLabel("")
+	v.hubLine.Wrapping = fyne.TextWrapWord
+	v.hubLine.Importance = widget.LowImportance
+	cat := container.NewVBox()
+	for i, r := range m.rows {
+		cv := m.newCatView(i, r)
+		v.catalog = append(v.catalog, cv)
+		cat.Add(container.NewBorder(nil, nil, nil,
+			container.NewHBox(cv.download, cv.pause, cv.resume, cv.discard, cv.open),
+			container.NewVBox(cv.title, cv.detail, cv.bar, cv.status, cv.speed, cv.errLine)))
+		cat.Add(widget.NewSeparator())
+	}
+	bold := fyne.TextStyle{Bold: true}
+	v.box = container.NewVBox(
+		container.NewBorder(nil, nil, nil, v.rescan, widget.NewLabelWithStyle("Models on this machine", fyne.TextAlignLeading, bold)),
+		v.scan, v.locals,
+		widget.NewSeparator(),
+		widget.NewLabelWithStyle("Download a small chat model", fyne.TextAlignLeading, bold),
+		v.hubLine, cat,
+	)
+	v.root = v.box
+	m.views = append(m.views, v)
+	m.showLocals(v)
+	for i, r := range m.rows {
+		m.showRow(r, v.catalog[i])
+	}
+	return v
+}
+
+// newCatView makes the widgets of catalog row i.
+func (m *modelTab) newCatView(i int, r *catRow) *catView {
+	cv := &catView{
+		title:   widget.NewLabelWithStyle(r.e.Title, fyne.TextAlignLeading, fyne.TextStyle{Bold: true}),
+		detail:  widget.NewLabel(catalogDetail(r.e)),
+		status:  widget.NewLabel(""),
+		speed:   widget.NewLabel(""),
+		errLine: widget.NewLabel(""),
+		bar:     widget.NewProgressBar(),
+	}
+	cv.detail.Wrapping = fyne.TextWrapWord
+	cv.status.Wrapping = fyne.TextWrapWord
+	cv.errLine.Wrapping = fyne.TextWrapWord
+	cv.errLine.Importance = widget.DangerImportance
+	cv.speed.Importance = widget.LowImportance
+	cv.download = widget.NewButtonWithIcon("Download", theme.DownloadIcon(), func() { m.startDownload(i) })
+	cv.pause = widget.NewButtonWithIcon("Pause", theme.MediaPauseIcon(), func() { m.pause(i) })
+	cv.resume = widget.NewButtonWithIcon("Resume", theme.MediaPlayIcon(), func() { m.startDownload(i) })
+	cv.discard = widget.NewButtonWithIcon("Discard", theme.DeleteIcon(), func() { m.discard(i) })
+	cv.open = widget.NewButtonWithIcon("Open", theme.FolderOpenIcon(), func() { m.openRow(i) })
+	cv.open.Importance = widget.HighImportance
+	return cv
+}
+
+// catalogDetail is an entry's line under its title.
+func catalogDetail(e hub.Entry) string {
+	size := humanize.Bytes(uint64(e.Size))
+	if e.SizeApprox {
+		size = "about " + size
+	}
+	s := fmt.Sprintf("%s · %s · %s · %s/%s", e.Arch, e.Quant, size, e.Ref.Repo, e.Ref.File)
+	if !e.Runnable() {
+		s += fmt.Sprintf(" · kvscope does not run architecture %s yet", e.Arch)
+	}
+	return s
+}
+
+// start looks at the models folder and the catalog's parts, then scans for
+// the user's GGUF files, all off the UI goroutine (UI goroutine).
+func (m *modelTab) start() {
+	rows := make([]hub.Entry, len(m.rows))
+	for i, r := range m.rows {
+		rows[i] = r.e
+	}
+	m.scanning = true
+	m.showScan()
+	m.wg.Add(1)
+	go func() {
+		type found struct {
+			state       dlState
+			part, total int64
+			path        string
+			local       *hub.Local
+			err         string
+		}
+		c, cerr := newHubClient()
+		dirs := hub.DefaultDirs()
+		if d, err := modelsDir(); err == nil {
+			dirs.Kvscope = d
+		}
+		res := make([]found, len(rows))
+		for i, e := range rows {
+			if cerr != nil {
+				res[i].state = dlNone
+				continue
+			}
+			p, err := c.Path(e.Ref)
+			if err != nil {
+				res[i] = found{state: dlFailed, err: err.Error()}
+				continue
+			}
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+				l := hub.Inspect(p)
+				res[i] = found{state: dlDone, path: p, local: &l}
+				continue
+			}
+			done, total, _ := c.Partial(e.Ref)
+			if done > 0 {
+				res[i] = found{state: dlPaused, part: done, total: total}
+			} else {
+				res[i].state = dlNone
+			}
+		}
+		uithread.Do(func() {
+			if m.closed {
+				return
+			}
+			m.client, m.dirs = c, dirs
+			if cerr != nil {
+				m.problem = "Downloads cannot run: " + cerr.Error()
+			}
+			for i, f := range res {
+				r := m.rows[i]
+				if r.state != dlUnknown {
+					continue
+				}
+				r.state, r.part, r.total, r.path, r.local, r.err = f.state, f.part, f.total, f.path, f.local, f.err
+				m.show(i)
+			}
+			m.showHub()
+		})
+		m.scanWith(dirs) // wg.Done
+	}()
+}
+
+// startScan scans again (UI goroutine); a scan under way is left to end.
+func (m *modelTab) startScan() {
+	if m.scanning || m.closed || m.client == nil && m.problem == "" {
+		return
+	}
+	m.scanning = true
+	m.showScan()
+	m.wg.Add(1)
+	go m.scanWith(m.dirs)
+}
+
+// scanWith lists the GGUF files in dirs and shows them; it ends m.wg's
+// count for its goroutine before handing the result to the UI.
+func (m *modelTab) scanWith(dirs hub.Dirs) {
+	found := hub.Scan(m.ctx, dirs)
+	m.wg.Done()
+	uithread.Do(func() {
+		if m.closed {
+			return
+		}
+		m.scanning = false
+		m.locals = found
+		m.showScan()
+	})
+}
+
+// showScan draws the scan's state and its files in every view.
+func (m *modelTab) showScan() {
+	for _, v := range m.views {
+		m.showLocals(v)
+	}
+}
+
+// showLocals draws the files found in v.
+func (m *modelTab) showLocals(v *modelView) {
+	v.rescan.Disable()
+	switch {
+	case m.scanning:
+		v.scan.SetText("Looking for GGUF files on this machine…")
+	case len(m.locals) == 0:
+		v.rescan.Enable()
+		v.scan.SetText("No GGUF files found in kvscope's, llama.cpp's, LM Studio's or the Hugging Face folders. Download one below or open a file.")
+	default:
+		v.rescan.Enable()
+		n := 0
+		for _, l := range m.locals {
+			if l.Runnable() {
+				n++
+			}
+		}
+		v.scan.SetText(fmt.Sprintf("%d GGUF files found, %d of which kvscope can run.", len(m.locals), n))
+	}
+	v.locals.Objects = nil
+	for _, l := range m.locals {
+		v.locals.Add(m.localRow(l))
+	}
+	v.locals.Refresh()
+}
+
+// localRow is one found file: what it is, and an Open button or why
+// kvscope cannot run it.
+func (m *modelTab) localRow(l hub.Local) fyne.CanvasObject {
+	name := l.Name
+	if name == "" {
+		name = filepath.Base(l.Path)
+	}
+	title := widget.NewLabelWithStyle(name, fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
+	title.Truncation = fyne.TextTruncateEllipsis
+	detail := widget.NewLabel(localDetail(l))
+	detail.Wrapping = fyne.TextWrapWord
+	path := l.Path
+	open := widget.NewButtonWithIcon("Open", theme.FolderOpenIcon(), func() { m.a.openAsync(path) })
+	body := container.NewVBox(title, detail)
+	if !l.Runnable() {
+		open.Disable()
+		why := widget.NewLabel("kvscope cannot run it: " + whyNot(l))
+		why.Wrapping = fyne.TextWrapWord
+		why.Importance = widget.WarningImportance
+		body.Add(why)
+	}
+	return container.NewBorder(nil, nil, nil, open, body)
+}
+
+// localDetail is a found file's architecture, size, quantization and place.
+func localDetail(l hub.Local) string {
+	var parts []string
+	if l.Arch != "" {
+		parts = append(parts, l.Arch)
+	}
+	parts = append(parts, humanize.Bytes(uint64(max(l.Size, 0))))
+	if l.Quant != "" {
+		parts = append(parts, l.Quant)
+	}
+	where := string(l.Source)
+	if l.Repo != "" {
+		where += " " + l.Repo
+	}
+	if where != "" {
+		parts = append(parts, where)
+	}
+	parts = append(parts, l.Path)
+	return strings.Join(parts, " · ")
+}
+
+// whyNot says why kvscope cannot run l.
+func whyNot(l hub.Local) string {
+	if l.Err != nil {
+		return "it cannot be read as GGUF (" + l.Err.Error() + ")"
+	}
+	return l.Unsupported
+}
+
+// showHub says where downloads come from, or why they cannot run.
+func (m *modelTab) showHub() {
+	line := m.problem
+	if line == "" && m.client != nil {
+		line = fmt.Sprintf("From %s into %s; a download paused, failed or cut short by closing kvscope resumes where it stopped.", m.client.Endpoint, m.client.Dir)
+	}
+	for _, v := range m.views {
+		v.hubLine.SetText(line)
+	}
+}
+
+// show draws row i in every view.
+func (m *modelTab) show(i int) {
+	for _, v := range m.views {
+		m.showRow(m.rows[i], v.catalog[i])
+	}
+}
+
+// showRow draws r's state in cv.
+func (m *modelTab) showRow(r *catRow, cv *catView) {
+	for _, b := range []*widget.Button{cv.download, cv.pause, cv.resume, cv.discard, cv.open} {
+		b.Hide()
+		b.Enable()
+	}
+	cv.bar.Hide()
+	cv.speed.SetText("")
+	cv.speed.Hide()
+	cv.errLine.SetText(r.err)
+	cv.errLine.Hidden = r.err == ""
+	cv.errLine.Refresh()
+	status := ""
+	canRun := m.problem == "" && m.client != nil
+	switch r.state {
+	case dlUnknown:
+		status = "Looking for an earlier download…"
+	case dlNone:
+		cv.download.Show()
+		if !canRun {
+			cv.download.Disable()
+		}
+	case dlRunning, dlPausing:
+		cv.bar.Show()
+		cv.bar.SetValue(r.p.Fraction())
+		status = progressLine(r.p)
+		if s := speedLine(r.p); s != "" {
+			cv.speed.SetText(s)
+			cv.speed.Show()
+		}
+		cv.pause.Show()
+		if r.state == dlPausing {
+			status = "Pausing…"
+			cv.pause.Disable()
+		}
+	case dlPaused, dlFailed:
+		if r.part > 0 {
+			cv.bar.Show()
+			if r.total > 0 {
+				cv.bar.SetValue(min(1, float64(r.part)/float64(r.total)))
+			} else {
+				cv.bar.SetValue(0)
+			}
+			status = "Paused at " + humanize.Bytes(uint64(r.part))
+			if r.total > 0 {
+				status += " of " + humanize.Bytes(uint64(r.total))
+			}
+			status += " — Resume"
+			cv.resume.Show()
+			cv.discard.Show()
+			if !canRun {
+				cv.resume.Disable()
+			}
+		} else {
+			cv.download.Show()
+			if !canRun {
+				cv.download.Disable()
+			}
+		}
+	case dlDone:
+		cv.bar.Show()
+		cv.bar.SetValue(1)
+		status = "Downloaded: " + r.path
+		cv.open.Show()
+		if r.local != nil && !r.local.Runnable() {
+			cv.open.Disable()
+			status += " (kvscope cannot run it: " + whyNot(*r.local) + ")"
+		}
+	case dlDiscarding:
+		status = "Discarding the partial download…"
+	}
+	if r.note != "" && r.state != dlDone {
+		status += " " + r.note
+	}
+	cv.status.SetText(strings.TrimSpace(status))
+	cv.status.Hidden = cv.status.Text == ""
+	cv.status.Refresh()
+}
+
+// progressLine says what a running download is doing.
+func progressLine(p hub.Progress) string {
+	switch p.Phase {
+	case hub.PhaseConnecting:
+		return "Connecting to the hub…"
+	case hub.PhaseChecking:
+		return fmt.Sprintf("Checking the %s downloaded before…", humanize.Bytes(uint64(p.Done)))
+	case hub.PhaseDone:
+		return "Done."
+	}
+	s := "Downloading: " + humanize.Bytes(uint64(p.Done))
+	if p.Total > 0 {
+		s += " of " + humanize.Bytes(uint64(p.Total))
+	}
+	if p.Resumed > 0 {
+		s += fmt.Sprintf(" (resumed at %s)", humanize.Bytes(uint64(p.Resumed)))
+	}
+	if p.Attempt > 1 {
+		s += fmt.Sprintf(", connection %d", p.Attempt)
+	}
+	return s
+}
+
+// speedLine is a running download's speed and time left, or "" while
+// unknown.
+func speedLine(p hub.Progress) string {
+	if p.Phase != hub.PhaseDownloading || p.Speed <= 0 {
+		return ""
+	}
+	s := humanize.Bytes(uint64(p.Speed)) + "/s"
+	if p.ETA >= 0 {
+		s += ", " + p.ETA.Round(time.Second).String() + " left"
+	}
+	return s
+}
+
+// startDownload downloads (or resumes) catalog row i on a goroutine (UI
+// goroutine). Progress reaches the UI through a one-slot mailbox read by a
+// goroutine of its own, so the download never waits for the UI.
+func (m *modelTab) startDownload(i int) {
+	r := m.rows[i]
+	if m.closed || m.client == nil || m.problem != "" {
+		return
+	}
+	switch r.state {
+	case dlNone, dlPaused, dlFailed:
+	default:
+		return
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	r.run++
+	run := r.run
+	r.state, r.cancel, r.err, r.note = dlRunning, cancel, "", ""
+	r.p = hub.Progress{Ref: r.e.Ref, Phase: hub.PhaseConnecting, ETA: -1, Done: r.part, Total: r.total}
+	m.show(i)
+
+	var latest atomic.Pointer[hub.Progress]
+	kick := make(chan struct{}, 1)
+	go func() { // the mailbox's reader: it may wait for the UI
+		for range kick {
+			p := *latest.Load()
+			uithread.Do(func() {
+				if m.closed || r.run != run || r.state != dlRunning && r.state != dlPausing {
+					return
+				}
+				if p.Note != "" {
+					r.note = p.Note
+				}
+				r.p = p
+				m.show(i)
+			})
+		}
+	}()
+	c, ref := m.client, r.e.Ref
+	m.wg.Add(1)
+	go func() {
+		res, err := c.Download(ctx, ref, func(p hub.Progress) {
+			latest.Store(&p)
+			select {
+			case kick <- struct{}{}:
+			default:
+			}
+		})
+		close(kick)
+		cancel()
+		var part, total int64
+		var local *hub.Local
+		if err != nil {
+			part, total, _ = c.Partial(ref)
+		} else {
+			l := hub.Inspect(res.Path)
+			local = &l
+		}
+		m.wg.Done()
+		uithread.Do(func() {
+			if m.closed || r.run != run {
+				return
+			}
+			r.cancel = nil
+			r.part, r.total = part, total
+			switch {
+			case err == nil:
+				r.state, r.path, r.local, r.note = dlDone, res.Path, local, ""
+				r.p.Done, r.p.Total, r.p.Phase = res.Size, res.Size, hub.PhaseDone
+				m.addLocal(*local)
+			case errors.Is(err, context.Canceled):
+				r.state = dlPaused
+			default:
+				r.state, r.err = dlFailed, "Download failed: "+oneLine(err.Error())
+			}
+			m.show(i)
+		})
+	}()
+}
+
+// oneLine joins a message's lines.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// addLocal adds a downloaded file to the files found, unless it is there.
+func (m *modelTab) addLocal(l hub.Local) {
+	for _, x := range m.locals {
+		if x.Path == l.Path {
+			return
+		}
+	}
+	l.Source = hub.SourceKvscope
+	m.locals = append([]hub.Local{l}, m.locals...)
+	m.showScan()
+}
+
+// pause cancels row i's download; its part stays for Resume (UI goroutine).
+func (m *modelTab) pause(i int) {
+	r := m.rows[i]
+	if r.state != dlRunning || r.cancel == nil {
+		return
+	}
+	r.state = dlPausing
+	r.cancel()
+	m.show(i)
+}
+
+// discard deletes row i's part on a goroutine (UI goroutine).
+func (m *modelTab) discard(i int) {
+	r := m.rows[i]
+	if m.closed || m.client == nil || r.state != dlPaused && r.state != dlFailed {
+		return
+	}
+	r.state, r.err, r.note = dlDiscarding, "", ""
+	r.run++
+	run := r.run
+	m.show(i)
+	c, ref := m.client, r.e.Ref
+	m.wg.Add(1)
+	go func() {
+		err := c.Discard(ref)
+		part, total, _ := c.Partial(ref)
+		m.wg.Done()
+		uithread.Do(func() {
+			if m.closed || r.run != run {
+				return
+			}
+			r.part, r.total = part, total
+			r.state = dlNone
+			if err != nil {
+				r.state, r.err = dlFailed, "Discarding failed: "+oneLine(err.Error())
+			}
+			m.show(i)
+		})
+	}()
+}
+
+// openRow opens row i's finished file with the app's open path.
+func (m *modelTab) openRow(i int) {
+	r := m.rows[i]
+	if r.state == dlDone && r.path != "" {
+		m.a.openAsync(r.path)
+	}
+}
+
+// close pauses every download (their parts stay for the next start) and
+// stops the scan (UI goroutine); wait waits for their goroutines to end.
+func (m *modelTab) close() {
+	m.closed = true
+	m.cancel()
+}
+
+// wait returns when no goroutine of the tab touches the models folder any
+// more. It never needs the UI goroutine, so it may be called holding it.
+func (m *modelTab) wait() { m.wg.Wait() }
+
+// narrow lays its objects out centred, at most width wide and at their
+// minimum height: a readable column on a wide window.
+type narrow struct{ width float32 }
+
+// MinSize is the widest object's minimum width and the tallest's height.
+func (n narrow) MinSize(objs []fyne.CanvasObject) fyne.Size {
+	var s fyne.Size
+	for _, o := range objs {
+		s = s.Max(o.MinSize())
+	}
+	return s
+}
+
+// Layout centres each object at most n.width wide.
+func (n narrow) Layout(objs []fyne.CanvasObject, size fyne.Size) {
+	w := min(size.Width, max(n.width, n.MinSize(objs).Width))
+	for _, o := range objs {
+		o.Resize(fyne.NewSize(w, max(size.Height, o.MinSize().Height)))
+		o.Move(fyne.NewPos((size.Width-w)/2, 0))
+	}
+}
