@@ -218,7 +218,9 @@ func (a *App) build() {
 	a.info = widget.NewForm()
 	infoTab := container.NewVScroll(a.info)
 	a.models = newModelTab(a)
-	modelsTab := container.NewVScroll(container.NewPadded(a.models.view().root))
+	mv := a.models.view()
+	modelsTab := container.NewVScroll(container.NewPadded(mv.root))
+	mv.outer = modelsTab
 	a.tabs = container.NewAppTabs(
 		container.NewTabItem("Inspector", a.insp),
 		container.NewTabItem("Controls", a.controls.root),
@@ -249,8 +251,11 @@ func (a *App) buildFirstRun() fyne.CanvasObject {
 	a.recent = container.NewVBox()
 	a.showRecent()
 	get := widget.NewLabel("3. Or open a model you already have, or download a small chat model, below.")
-	box := container.NewVBox(container.NewCenter(title), sub, open, demo, demoNote, get, a.recent, widget.NewSeparator(), a.models.view().root)
-	return container.NewVScroll(container.New(narrow{760}, container.NewPadded(box)))
+	mv := a.models.view()
+	box := container.NewVBox(container.NewCenter(title), sub, open, demo, demoNote, get, a.recent, widget.NewSeparator(), mv.root)
+	scroll := container.NewVScroll(container.New(narrow{760}, container.NewPadded(box)))
+	mv.outer = scroll
+	return scroll
 }
 
 // showRecent lists the recent models on the first-run screen.

@@ -2,8 +2,20 @@
 // app/chat), the live KV-cache inspector (package app/inspector), the cache
 // controls that reconfigure the engine while it runs, teaching mode (step
 // mode, slow motion, a load generator and one-click lessons), model
-// handling (open, recent, the built-in demo model, a first-run screen) and
-// the scripted session behind `make screenshot` (see ScreenshotEnv).
+// handling (open, recent, the built-in demo model, a first-run screen),
+// the Models tab and the scripted session behind `make screenshot` (see
+// ScreenshotEnv).
+//
+// The Models tab, and the first-run screen with the same lists, shows the
+// GGUF files found on the machine (package hub's Scan: architecture, size,
+// quantization, and why kvscope cannot run a file) with one-click Open, and
+// hub's catalog of small chat models with resumable downloads: a progress
+// bar with speed and time left, Pause (the part stays), Resume, Discard and
+// a one-line error. A download cut short by closing kvscope shows as paused
+// at the next start. Downloads come from HF_ENDPOINT with HF_TOKEN, as
+// package hub reads them, into the folder ModelsDirEnv names (default
+// hub.ModelsDir). Scans and downloads run on goroutines that never wait
+// for the UI, so closing the window pauses them and waits for them.
 //
 // The window never reads the engine's live state: a background loop polls
 // the engine's immutable snapshot and bounded event log every LiveEvery and

@@ -67,13 +67,14 @@ type modelTab struct {
 	closed  bool
 
 	scanning bool
+	scanned  bool // a scan ended, so dirs is set
 	locals   []hub.Local
 	rows     []*catRow
 	views    []*modelView
 }
 
-// modelView is one place the lists are drawn: the first-run screen or the
-// Models tab.
+// modelView is one place the lists are drawn: the Models tab (views[0])
+// or the first-run screen (views[1]).
 type modelView struct {
 	root    fyne.CanvasObject
 	scan    *widget.Label   // the scan's state
@@ -82,6 +83,19 @@ type modelView struct {
 	catalog []*catView      // one per catalog entry, in rows' order
 	hubLine *widget.Label   // where downloads come from, or why they cannot run
 	box     *fyne.Container // the whole list
+	// outer is the scroll the view is in, set by its maker: it is
+	// refreshed when a row grows or shrinks, so that the scroll's
+	// content takes its new height.
+	outer fyne.CanvasObject
+}
+
+// relayout lays v out again after rows were shown, hidden, added or
+// removed.
+func (v *modelView) relayout() {
+	if v.outer != nil {
+		v.outer.Refresh()
+	}
+	v.box.Refresh()
 }
 
 // dlState is where a catalog entry's download stands.
@@ -143,7 +157,7 @@ func (m *modelTab) view() *modelView {
 		cv := m.newCatView(i, r)
 		v.catalog = append(v.catalog, cv)
 		cat.Add(container.NewBorder(nil, nil, nil,
-			container.NewHBox(cv.download, cv.pause, cv.resume, cv.discard, cv.open),
+			container.NewVBox(container.NewHBox(cv.download, cv.pause, cv.resume, cv.discard, cv.open)),
 			container.NewVBox(cv.title, cv.detail, cv.bar, cv.status, cv.speed, cv.errLine)))
 		cat.Add(widget.NewSeparator())
 	}
@@ -201,8 +215,10 @@ func catalogDetail(e hub.Entry) string {
 	return s
 }
 
-// start looks at the models folder and the catalog's parts, then scans for
-// the user's GGUF files, all off the UI goroutine (UI goroutine).
+// start looks at the models folder for the catalog's files and parts, and
+// scans for the user's GGUF files, both off the UI goroutine (UI
+// goroutine). Each goroutine ends its count in wg before it hands its
+// result to the UI, so that close, holding the UI, can wait for them.
 func (m *modelTab) start() {
 	rows := make([]hub.Entry, len(m.rows))
 	for i, r := range m.rows {
@@ -210,7 +226,14 @@ func (m *modelTab) start() {
 	}
 	m.scanning = true
 	m.showScan()
-	m.wg.Add(1)
+	m.wg.Add(2)
+	go func() {
+		dirs := hub.DefaultDirs()
+		if d, err := modelsDir(); err == nil {
+			dirs.Kvscope = d
+		}
+		m.scanWith(dirs) // wg.Done
+	}()
 	go func() {
 		type found struct {
 			state       dlState
@@ -220,10 +243,6 @@ func (m *modelTab) start() {
 			err         string
 		}
 		c, cerr := newHubClient()
-		dirs := hub.DefaultDirs()
-		if d, err := modelsDir(); err == nil {
-			dirs.Kvscope = d
-		}
 		res := make([]found, len(rows))
 		for i, e := range rows {
 			if cerr != nil {
@@ -247,11 +266,12 @@ func (m *modelTab) start() {
 				res[i].state = dlNone
 			}
 		}
+		m.wg.Done()
 		uithread.Do(func() {
 			if m.closed {
 				return
 			}
-			m.client, m.dirs = c, dirs
+			m.client = c
 			if cerr != nil {
 				m.problem = "Downloads cannot run: " + cerr.Error()
 			}
@@ -265,13 +285,12 @@ func (m *modelTab) start() {
 			}
 			m.showHub()
 		})
-		m.scanWith(dirs) // wg.Done
 	}()
 }
 
 // startScan scans again (UI goroutine); a scan under way is left to end.
 func (m *modelTab) startScan() {
-	if m.scanning || m.closed || m.client == nil && m.problem == "" {
+	if m.scanning || m.closed || !m.scanned {
 		return
 	}
 	m.scanning = true
@@ -290,6 +309,7 @@ func (m *modelTab) scanWith(dirs hub.Dirs) {
 			return
 		}
 		m.scanning = false
+		m.dirs, m.scanned = dirs, true
 		m.locals = found
 		m.showScan()
 	})
@@ -325,7 +345,7 @@ func (m *modelTab) showLocals(v *modelView) {
 	for _, l := range m.locals {
 		v.locals.Add(m.localRow(l))
 	}
-	v.locals.Refresh()
+	v.relayout()
 }
 
 // localRow is one found file: what it is, and an Open button or why
@@ -349,7 +369,7 @@ func (m *modelTab) localRow(l hub.Local) fyne.CanvasObject {
 		why.Importance = widget.WarningImportance
 		body.Add(why)
 	}
-	return container.NewBorder(nil, nil, nil, open, body)
+	return container.NewBorder(nil, nil, nil, container.NewVBox(open), body)
 }
 
 // localDetail is a found file's architecture, size, quantization and place.
@@ -395,12 +415,17 @@ func (m *modelTab) showHub() {
 // show draws row i in every view.
 func (m *modelTab) show(i int) {
 	for _, v := range m.views {
-		m.showRow(m.rows[i], v.catalog[i])
+		if m.showRow(m.rows[i], v.catalog[i]) {
+			v.relayout()
+		}
 	}
 }
 
-// showRow draws r's state in cv.
-func (m *modelTab) showRow(r *catRow, cv *catView) {
+// showRow draws r's state in cv, and reports whether an item was shown
+// or hidden (the view must then be laid out again).
+func (m *modelTab) showRow(r *catRow, cv *catView) (moved bool) {
+	shown := cv.visible()
+	defer func() { moved = cv.visible() != shown }()
 	for _, b := range []*widget.Button{cv.download, cv.pause, cv.resume, cv.discard, cv.open} {
 		b.Hide()
 		b.Enable()
@@ -476,6 +501,20 @@ func (m *modelTab) showRow(r *catRow, cv *catView) {
 	cv.status.SetText(strings.TrimSpace(status))
 	cv.status.Hidden = cv.status.Text == ""
 	cv.status.Refresh()
+	return
+}
+
+// visible lists which of cv's items are shown, one letter each.
+func (cv *catView) visible() string {
+	var b strings.Builder
+	for _, o := range []fyne.CanvasObject{cv.status, cv.speed, cv.errLine, cv.bar, cv.download, cv.pause, cv.resume, cv.discard, cv.open} {
+		if o.Visible() {
+			b.WriteByte('1')
+		} else {
+			b.WriteByte('0')
+		}
+	}
+	return b.String()
 }
 
 // progressLine says what a running download is doing.

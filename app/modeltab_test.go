@@ -170,7 +170,7 @@ func tabRow(t *testing.T, a *App) (*catRow, *catView) {
 	var r *catRow
 	var cv *catView
 	uithread.WaitFor(t, "the catalog's state", func() bool {
-		r, cv = a.models.rows[0], a.models.views[1].catalog[0]
+		r, cv = a.models.rows[0], a.models.views[0].catalog[0]
 		return r.state != dlUnknown
 	})
 	return r, cv
@@ -239,7 +239,7 @@ func TestDownloadPausesAndResumesFromThePart(t *testing.T) {
 	tabRow(t, a)
 	var cv *catView
 	uithread.Locked(func() {
-		cv = a.models.views[0].catalog[0]
+		cv = a.models.views[1].catalog[0]
 		test.Tap(cv.download)
 	})
 	uithread.WaitFor(t, "the held third", func() bool { return partSize(dest) == int64(held) })
@@ -252,7 +252,10 @@ func TestDownloadPausesAndResumesFromThePart(t *testing.T) {
 	want := "Paused at " + humanize.Bytes(uint64(held))
 	uithread.WaitFor(t, "the paused line", func() bool { return strings.HasPrefix(cv.status.Text, want) && cv.resume.Visible() })
 	uithread.Locked(func() {
-		tab := a.models.views[1].catalog[0]
+		if w := cv.bar.Size().Width; w < 100 {
+			t.Errorf("the first-run screen's progress bar is %v wide: the row was not laid out again when it appeared", w)
+		}
+		tab := a.models.views[0].catalog[0]
 		if tab.status.Text != cv.status.Text || !tab.resume.Visible() || !tab.discard.Visible() {
 			t.Errorf("the Models tab shows %q (resume %v, discard %v), the first-run screen %q", tab.status.Text, tab.resume.Visible(), tab.discard.Visible(), cv.status.Text)
 		}
@@ -353,7 +356,7 @@ func TestScanListsFilesWithWhyNot(t *testing.T) {
 	a, _ := newApp(t, t.TempDir())
 	uithread.WaitFor(t, "the scan", func() bool { return !a.models.scanning && len(a.models.locals) == 2 })
 	uithread.Locked(func() {
-		v := a.models.views[0]
+		v := a.models.views[1] // the first-run screen
 		if !strings.Contains(v.scan.Text, "2 GGUF files found, 1 of which") {
 			t.Errorf("scan line %q", v.scan.Text)
 		}
@@ -371,9 +374,9 @@ func TestScanListsFilesWithWhyNot(t *testing.T) {
 			t.Errorf("%d rows drawn, want 2", len(v.locals.Objects))
 		}
 	})
-	// One click on the runnable file's Open opens it.
+	// One click on the runnable file's Open, in the Models tab, opens it.
 	uithread.Locked(func() {
-		row := a.models.views[1].locals.Objects[0]
+		row := a.models.views[0].locals.Objects[0]
 		test.Tap(findButton(t, row, "Open"))
 	})
 	uithread.WaitFor(t, "the found model to open", func() bool { return a.mdl != nil && a.mdl.path == good })
