@@ -407,3 +407,27 @@ func findButton(t *testing.T, o fyne.CanvasObject, text string) *widget.Button {
 	}
 	return b
 }
+
+func TestDiscardDropsThePart(t *testing.T) {
+	content := downloadModel(t)
+	h := newModelHub(t, content)
+	dir := hubFolders(t, h)
+	dest := filepath.Join(dir, filepath.FromSlash(h.ref.Repo), h.ref.File)
+	h.holdAt(len(content) / 4)
+	a, _ := newApp(t, t.TempDir())
+	_, cv := tabRow(t, a)
+	uithread.Locked(func() { test.Tap(cv.download) })
+	uithread.WaitFor(t, "the held quarter", func() bool { return partSize(dest) == int64(len(content)/4) })
+	uithread.Locked(func() { test.Tap(cv.pause) })
+	uithread.WaitFor(t, "the pause", func() bool { return a.models.rows[0].state == dlPaused && cv.discard.Visible() })
+	uithread.Locked(func() { test.Tap(cv.discard) })
+	uithread.WaitFor(t, "the discard", func() bool { return a.models.rows[0].state == dlNone })
+	uithread.Locked(func() {
+		if !cv.download.Visible() || cv.resume.Visible() || cv.discard.Visible() || cv.bar.Visible() {
+			t.Errorf("after Discard: download %v, resume %v, discard %v, bar %v; want only Download", cv.download.Visible(), cv.resume.Visible(), cv.discard.Visible(), cv.bar.Visible())
+		}
+	})
+	if n := partSize(dest); n != -1 {
+		t.Errorf("the part is still there (%d bytes) after Discard", n)
+	}
+}
