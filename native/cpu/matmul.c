@@ -2,15 +2,72 @@
  * compiled once per path. */
 #include "simd.h"
 
+/* quant32 rounds one 32-value block: d = max|x|/127, q = rint(x/d) (as
+ * x times 1/d), s = the codes' sum; the SIMD versions give the same bits
+ * (the max and the integer sum are exact in any order). */
+static inline void quant32(const float *xs, struct act32 *a) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+	__m512 v0 = _mm512_loadu_ps(xs), v1 = _mm512_loadu_ps(xs + 16);
+	float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+	float d = amax / 127, id = d != 0 ? 1 / d : 0;
+	__m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+	__m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+	a->d = d;
+	_mm_storeu_si128((__m128i *)a->q, _mm512_cvtepi32_epi8(q0));
+	_mm_storeu_si128((__m128i *)(a->q + 16), _mm512_cvtepi32_epi8(q1));
+	a->s = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+#elif defined(__AVX2__)
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	__m256 v[4], m = _mm256_setzero_ps();
+	for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(xs + 8 * k), m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+	float t[8], amax = 0;
+	_mm256_storeu_ps(t, m);
+	for (int j = 0; j < 8; j++) amax = t[j] > amax ? t[j] : amax;
+	float d = amax / 127, id = d != 0 ? 1 / d : 0;
+	__m256i sum = _mm256_setzero_si256();
+	for (int k = 0; k < 4; k++) {
+		__m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(id)));
+		sum = _mm256_add_epi32(sum, q);
+		int32_t qi[8];
+		_mm256_storeu_si256((__m256i *)qi, q);
+		for (int j = 0; j < 8; j++) a->q[8 * k + j] = (int8_t)qi[j];
+	}
+	int32_t si[8], s = 0;
+	_mm256_storeu_si256((__m256i *)si, sum);
+	for (int j = 0; j < 8; j++) s += si[j];
+	a->d = d;
+	a->s = s;
+#else
+	float amax = 0;
+	for (int j = 0; j < 32; j++) {
+		float v = fabsf(xs[j]);
+		amax = v > amax ? v : amax;
+	}
+	float d = amax / 127, id = d != 0 ? 1 / d : 0;
+	int s = 0;
+	for (int j = 0; j < 32; j++) s += a->q[j] = (int8_t)__builtin_rintf(xs[j] * id);
+	a->d = d;
+	a->s = s;
+#endif
+}
+
 static int quantize_acts(uint32_t type, const float *x, int64_t cols, int64_t n, void *qx) {
 	if (type == 0 || type == 1 || type == 30) return KVS_OK;
 	int k = type >= 10 && type <= 14;
 	int64_t bs = k ? 256 : 32, nb = cols / bs;
+	if (!k) {
+		for (int64_t b = 0; b < n; b++)
+			for (int64_t i = 0; i < nb; i++) quant32(x + b * cols + i * 32, (struct act32 *)qx + b * nb + i);
+		return KVS_OK;
+	}
 	for (int64_t b = 0; b < n; b++)
 		for (int64_t i = 0; i < nb; i++) {
 			const float *xs = x + b * cols + i * bs;
 			float amax = 0;
-			for (int64_t j = 0; j < bs; j++) amax = fmaxf(amax, fabsf(xs[j]));
+			for (int64_t j = 0; j < bs; j++) {
+				float v = fabsf(xs[j]);
+				amax = v > amax ? v : amax;
+			}
 			float d = amax / 127, id = d != 0 ? 1 / d : 0;
 			int8_t *q;
 			if (k) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"kvscope/engine/backend"
 	"kvscope/engine/kvstore"
@@ -21,6 +22,7 @@ import (
 type Backend struct {
 	backend.Backend // the Go backend: handles and the operations kept in Go
 	lib             *Lib
+	last            atomic.Pointer[weight] // the weight of the last product
 
 	mu        sync.Mutex
 	err       error           // the first failure since the last Read or Sync
@@ -113,12 +115,16 @@ func (b *Backend) Sync() error { return b.takeErr() }
 type weight struct {
 	backend.Weight
 	once   sync.Once
-	packed *Packed
+	packed atomic.Pointer[Packed]
+	next   atomic.Pointer[weight] // the weight multiplied after this one, last time
 }
+
+// readAheadBytes is how much of the next weight an idle helper reads ahead.
+var readAheadBytes = 4 << 20
 
 // Free drops the packed copy and the Go handle.
 func (w *weight) Free() {
-	w.packed = nil
+	w.packed.Store(nil)
 	w.Weight.Free()
 }
 
@@ -153,11 +159,19 @@ func (b *Backend) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer,
 				if err != nil {
 					b.fail("pack", err)
 				}
-				nw.packed = p
+				nw.packed.Store(p)
 			})
 		}
-		if nw, ok := w.(*weight); ok && nw.packed != nil {
-			err = b.lib.MatMulPacked(nw.packed, xs, n, o)
+		if nw, ok := w.(*weight); ok && nw.packed.Load() != nil {
+			err = b.lib.MatMulPacked(nw.packed.Load(), xs, n, o)
+			if prev := b.last.Swap(nw); prev != nil && prev != nw && prev.next.Load() != nw {
+				prev.next.Store(nw)
+			}
+			if nx := nw.next.Load(); nx != nil {
+				if p := nx.packed.Load(); p != nil {
+					ReadAhead(p.data[:min(len(p.data), readAheadBytes)])
+				}
+			}
 		} else {
 			err = b.lib.MatMul(t, data, rows, cols, xs, n, o)
 		}

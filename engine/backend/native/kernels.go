@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -98,39 +97,6 @@ func (l *Lib) product(typ quant.Type, rows, cols int, x []float32, n int, out []
 // among goroutines.
 const quantSplit = 1 << 16
 
-// parallel runs f on ranges of [0, total), multiples of unit but the last,
-// about four ranges a worker taken in turn by workers goroutines (the
-// caller's among them), or on all of it at once when workers < 2 or !split.
-// It returns the last nonzero status.
-func parallel(workers, total, unit int, split bool, f func(a, b int) int32) int32 {
-	if workers < 2 || !split {
-		return f(0, total)
-	}
-	chunk := max(unit, (total+4*workers-1)/(4*workers))
-	chunk = (chunk + unit - 1) / unit * unit
-	var next atomic.Int64
-	var bad atomic.Int32
-	work := func() {
-		for {
-			b := int(next.Add(int64(chunk)))
-			a := b - chunk
-			if a >= total {
-				return
-			}
-			if rc := f(a, min(b, total)); rc != 0 {
-				bad.Store(rc)
-			}
-		}
-	}
-	var wg sync.WaitGroup
-	for range workers - 1 {
-		wg.Go(work)
-	}
-	work()
-	wg.Wait()
-	return bad.Load()
-}
-
 // Packed is a Q4_0 or Q8_0 weight matrix in the library's packed layout
 // (kvscope.h's kvs_pack: rows interleaved in groups of 16), which
 // MatMulPacked multiplies several times faster than the file's layout, with
@@ -160,15 +126,21 @@ func (l *Lib) Pack(typ quant.Type, w []byte, rows, cols int) (*Packed, error) {
 	if int64(len(w)) != int64(rows)*rb {
 		return nil, fmt.Errorf("native: pack: %d rows of %d %s elements take %d bytes, weights have %d", rows, cols, typ, int64(rows)*rb, len(w))
 	}
-	buf := make([]byte, size+63)
-	off := int((64 - uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%64) % 64)
-	p := &Packed{typ: typ, rows: rows, cols: cols, data: buf[off : off+int(size)]}
+	p := &Packed{typ: typ, rows: rows, cols: cols}
+	p.data = allocPacked(int(size), p)
 	groups := (rows + packRows - 1) / packRows
 	parallel(runtime.GOMAXPROCS(0), groups, 1, size >= 1<<20, func(g0, g1 int) int32 {
 		packGroups(p, w, g0, g1)
 		return 0
 	})
 	return p, nil
+}
+
+// heapAligned returns size bytes of the Go heap, 64-byte aligned.
+func heapAligned(size int) []byte {
+	buf := make([]byte, size+63)
+	off := int((64 - uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%64) % 64)
+	return buf[off : off+size : off+size]
 }
 
 // packRows is kvscope.h's KVS_PACK_ROWS.

@@ -3,8 +3,6 @@ package native
 import (
 	"fmt"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"kvscope/engine/kvstore"
@@ -210,33 +208,20 @@ func (l *Lib) attend(s *kvstore.Store, layer, heads int, scale float32, q []floa
 		return l.attention(unsafe.Pointer(&pk), unsafe.Pointer(&pv), int32(layer), 1, int32(heads), scale,
 			ptr(q[i*qd:]), ptr(m.nPos[i:]), ptr(m.tables), ptr(m.off[i:]), ptr(resid), ptr(scratch), ptr(out[i*qd:]))
 	}
-	workers := min(runtime.GOMAXPROCS(0), n)
-	var next atomic.Int64
-	var bad atomic.Int32
-	work := func() {
+	rc := parallel(min(runtime.GOMAXPROCS(0), n), n, 1, n > 1, func(a, b int) int32 {
 		scratch := make([]float32, int(maxPos)*(heads/c.KVHeads))
-		for {
-			i := int(next.Add(1)) - 1
-			if i >= n {
-				return
-			}
+		var bad int32
+		for i := a; i < b; i++ {
 			if rc := call(i, scratch); rc != 0 {
-				bad.Store(rc)
+				bad = rc
 			}
 		}
-	}
-	var wg sync.WaitGroup
-	for range workers - 1 {
-		wg.Go(work)
-	}
-	if workers > 0 {
-		work()
-	}
-	wg.Wait()
+		return bad
+	})
 	runtime.KeepAlive(rk)
 	runtime.KeepAlive(rv)
 	runtime.KeepAlive(s)
-	return status("attention", bad.Load())
+	return status("attention", rc)
 }
 
 func btoi(b bool) int {
