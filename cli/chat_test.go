@@ -196,7 +196,7 @@ func TestChatCtrlCStopsTheReply(t *testing.T) {
 	m := testshared.Path(t, "models/stories260K.gguf")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "chat", "-m", m, "--overflow", "rolling", "-c", "64", "-n", "1000000", "--temp", "0")
+	cmd := exec.CommandContext(ctx, os.Args[0], "chat", "-m", m, "--overflow", "rolling", "-c", "64", "-n", "1000000", "--temp", "0", "--block-size", "4") // small blocks: the first turn fills some however early Ctrl-C comes
 	cmd.Env = append(os.Environ(), "KVSCOPE_CLI_CHILD=1")
 	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -195,7 +195,7 @@ func TestStressHarsh(t *testing.T) {
 
 // submitAndCheck submits r, cancels it after a random delay under maxDelay
 // one time in three, and reads its stream: every sample must end exactly
-// once, without error, within 30 s. It returns the finish reasons.
+// once, without error, within 2 minutes. It returns the finish reasons.
 func submitAndCheck(t *testing.T, e *Engine, r Request, rng *rand.Rand, maxDelay time.Duration) []FinishReason {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -210,7 +210,7 @@ func submitAndCheck(t *testing.T, e *Engine, r Request, rng *rand.Rand, maxDelay
 	}
 	done := map[int]int{}
 	var reasons []FinishReason
-	timeout := time.After(30 * time.Second)
+	timeout := time.After(2 * time.Minute) // a hang, not a slow machine (-race, 2 cores)
 	for {
 		select {
 		case c, ok := <-s.C:
