@@ -19,7 +19,9 @@
 // engine/quant's float32 products by about that rounding; the package tests
 // state and check each kernel's bound.
 //
-// Threads: MatMul and Attention split their output rows among GOMAXPROCS
-// goroutines, each making one C call for its range; the library starts no
-// threads of its own (native/README.md has the measurements behind that).
+// Threads: MatMul and Attention split their output rows between the caller
+// and GOMAXPROCS-1 helper goroutines that stay and spin briefly between
+// calls (pool.go), each range one C call; the library starts no threads of
+// its own (native/README.md has the measurements behind that). Q4_0 and
+// Q8_0 weights are multiplied from a packed copy (Pack, MatMulPacked).
 package native
