@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"strings"
@@ -35,14 +33,7 @@ func chatCmd(args []string, stdout, stderr io.Writer) (err error) {
 	path := fs.String("m", "", "GGUF model `file`")
 	system := fs.String("system", "", "the system prompt `text` to start with")
 	n := intFlag(fs, "n", chatReplyTokens, 1, maxTokens, "most tokens of one reply (a reply also ends at the model's end-of-turn token)")
-	sp := sample.DefaultParams()
-	temp := floatFlag(fs, "temp", float64(sp.Temperature), 0, 100, false, "temperature (0: greedy)")
-	seed := int64(-1)
-	intVar(fs, &seed, "seed", -1, math.MaxInt64, "random seed (-1: random)")
-	intVar(fs, &sp.TopK, "top-k", 0, maxTopK, "top-k sampling (0: off)")
-	topP := floatFlag(fs, "top-p", float64(sp.TopP), 0, 1, true, "top-p sampling (1: off)")
-	minP := floatFlag(fs, "min-p", float64(sp.MinP), 0, 1, false, "min-p sampling (0: off)")
-	rep := floatFlag(fs, "repeat-penalty", float64(sp.RepeatPenalty), 0, 100, true, "repetition penalty (1: off)")
+	sampling := samplingFlags(fs)
 	cfg := engine.DefaultConfig()
 	addCacheFlags(fs, &cfg)
 	be := backendFlag(fs)
@@ -52,12 +43,8 @@ func chatCmd(args []string, stdout, stderr io.Writer) (err error) {
 	if err := requireModel(*path); err != nil {
 		return err
 	}
-	sp.Temperature, sp.TopP, sp.MinP, sp.RepeatPenalty = float32(*temp), float32(*topP), float32(*minP), float32(*rep)
-	sp.Seed = uint64(seed)
-	if seed < 0 {
-		sp.Seed = rand.Uint64()
-	}
-	if err := sp.Validate(); err != nil {
+	sp, err := sampling()
+	if err != nil {
 		return err
 	}
 	l, err := load(*path, *be)

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 
@@ -13,6 +15,7 @@ import (
 	"kvscope/engine"
 	"kvscope/engine/kvcache"
 	"kvscope/engine/kvstore"
+	"kvscope/engine/sample"
 )
 
 // Upper bounds of the count flags. Each is far above any real use and far
@@ -226,4 +229,27 @@ func precisionNames() string {
 		names = append(names, p.String())
 	}
 	return strings.Join(names, ", ")
+}
+
+// samplingFlags defines the sampling flags shared by run and chat
+// (--temp, --seed, --top-k, --top-p, --min-p, --repeat-penalty) and
+// returns a function that, after parsing, gives the checked parameters (a
+// seed of -1 draws one at random).
+func samplingFlags(fs *flagSet) func() (sample.Params, error) {
+	sp := sample.DefaultParams()
+	temp := floatFlag(fs, "temp", float64(sp.Temperature), 0, 100, false, "temperature (0: greedy)")
+	seed := int64(-1)
+	intVar(fs, &seed, "seed", -1, math.MaxInt64, "random seed (-1: random)")
+	intVar(fs, &sp.TopK, "top-k", 0, maxTopK, "top-k sampling (0: off)")
+	topP := floatFlag(fs, "top-p", float64(sp.TopP), 0, 1, true, "top-p sampling (1: off)")
+	minP := floatFlag(fs, "min-p", float64(sp.MinP), 0, 1, false, "min-p sampling (0: off)")
+	rep := floatFlag(fs, "repeat-penalty", float64(sp.RepeatPenalty), 0, 100, true, "repetition penalty (1: off)")
+	return func() (sample.Params, error) {
+		sp.Temperature, sp.TopP, sp.MinP, sp.RepeatPenalty = float32(*temp), float32(*topP), float32(*minP), float32(*rep)
+		sp.Seed = uint64(seed)
+		if seed < 0 {
+			sp.Seed = rand.Uint64()
+		}
+		return sp, sp.Validate()
+	}
 }

@@ -7,14 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
 
 	"kvscope/engine"
-	"kvscope/engine/sample"
 )
 
 // defaultTokens is run's -n default.
@@ -27,14 +24,7 @@ func runCmd(args []string, stdout, stderr io.Writer) (err error) {
 	fs.Var(&ps, "p", fmt.Sprintf("a `prompt`; repeat -p to run up to %d at once", maxPrompts))
 	n := intFlag(fs, "n", defaultTokens, 1, maxTokens, "most tokens to generate per prompt (generation also ends at end of text, and with --overflow stop at the full context)")
 	special := fs.Bool("parse-special", false, "turn special-token text in the prompts, such as <s>, into those tokens")
-	sp := sample.DefaultParams()
-	temp := floatFlag(fs, "temp", float64(sp.Temperature), 0, 100, false, "temperature (0: greedy)")
-	seed := int64(-1)
-	intVar(fs, &seed, "seed", -1, math.MaxInt64, "random seed (-1: random)")
-	intVar(fs, &sp.TopK, "top-k", 0, maxTopK, "top-k sampling (0: off)")
-	topP := floatFlag(fs, "top-p", float64(sp.TopP), 0, 1, true, "top-p sampling (1: off)")
-	minP := floatFlag(fs, "min-p", float64(sp.MinP), 0, 1, false, "min-p sampling (0: off)")
-	rep := floatFlag(fs, "repeat-penalty", float64(sp.RepeatPenalty), 0, 100, true, "repetition penalty (1: off)")
+	sampling := samplingFlags(fs)
 	cfg := engine.DefaultConfig()
 	intVar(fs, &cfg.Sched.MaxSeqs, "parallel", 1, maxParallel, "most sequences decoding at once")
 	addCacheFlags(fs, &cfg)
@@ -48,12 +38,8 @@ func runCmd(args []string, stdout, stderr io.Writer) (err error) {
 	if len(ps) == 0 {
 		return fmt.Errorf("no prompt given: pass -p PROMPT")
 	}
-	sp.Temperature, sp.TopP, sp.MinP, sp.RepeatPenalty = float32(*temp), float32(*topP), float32(*minP), float32(*rep)
-	sp.Seed = uint64(seed)
-	if seed < 0 {
-		sp.Seed = rand.Uint64()
-	}
-	if err := sp.Validate(); err != nil {
+	sp, err := sampling()
+	if err != nil {
 		return err
 	}
 	cfg.Sched.StepTokens = max(cfg.Sched.StepTokens, cfg.Sched.MaxSeqs)
