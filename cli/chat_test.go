@@ -51,11 +51,7 @@ func chatMLModel(t *testing.T) string {
 		}
 		kvs = append(kvs, kv)
 	}
-	var tensors []gguf.WriteTensor
-	for i := range src.Tensors {
-		ti := &src.Tensors[i]
-		tensors = append(tensors, gguf.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Data: src.TensorData(ti)})
-	}
+	tensors := src.WriteTensors()
 	var buf bytes.Buffer
 	if err := gguf.Write(&buf, kvs, tensors); err != nil {
 		t.Fatal(err)

@@ -91,6 +91,18 @@ func NewKV(key string, value any) KV {
 	return KV{Key: key, Type: t, Value: value}
 }
 
+// WriteTensors returns f's tensors as Write takes them, their data still
+// f's bytes: a file is rewritten with other metadata by
+// Write(w, kvs, f.WriteTensors()).
+func (f *File) WriteTensors() []WriteTensor {
+	out := make([]WriteTensor, len(f.Tensors))
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		out[i] = WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Data: f.TensorData(ti)}
+	}
+	return out
+}
+
 // Write writes a GGUF version 3 file holding the metadata kvs and the
 // tensors, in the given order, to w. Tensor data is aligned to the
 // general.alignment of kvs (an unsigned integer power of two up to 1 MiB),

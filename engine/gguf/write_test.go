@@ -178,12 +178,7 @@ func TestWriteShared(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer src.Close()
-			var tensors []WriteTensor
-			for i := range src.Tensors {
-				ti := &src.Tensors[i]
-				tensors = append(tensors, WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Data: src.TensorData(ti)})
-			}
-			f, b := writeParse(t, src.KVs, tensors)
+			f, b := writeParse(t, src.KVs, src.WriteTensors())
 			if !reflect.DeepEqual(f.KVs, src.KVs) {
 				t.Errorf("metadata changed")
 			}
@@ -335,13 +330,8 @@ func ExampleWrite() {
 
 // rewrite writes what f holds (its metadata and tensors) with Write.
 func rewrite(f *File) ([]byte, error) {
-	tensors := make([]WriteTensor, len(f.Tensors))
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		tensors[i] = WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Data: f.TensorData(ti)}
-	}
 	var buf bytes.Buffer
-	err := Write(&buf, f.KVs, tensors)
+	err := Write(&buf, f.KVs, f.WriteTensors())
 	return buf.Bytes(), err
 }
 
