@@ -33,7 +33,7 @@ struct kvs_ops {
 	int (*swiglu)(float *out, const float *gate, const float *up, int64_t len);
 	int (*add)(float *x, const float *y, int64_t len);
 	int (*attention)(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
-	                 int32_t heads, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
+	                 int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
 	                 const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out);
 };
 

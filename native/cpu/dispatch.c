@@ -205,19 +205,21 @@ int kvs_plane_ok(const struct kvs_kv_plane *p) {
 }
 
 int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
-                  int32_t heads, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
+                  int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
                   const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out) {
 	if (!kvs_plane_ok(k) || !kvs_plane_ok(v) || k->layers != v->layers || k->blocks != v->blocks ||
 	    k->block_size != v->block_size || k->kv_heads != v->kv_heads || k->head_dim != v->head_dim || v->key)
 		return KVS_ERR_ARG;
 	if (layer < 0 || layer >= k->layers || n < 0 || heads < 1 || heads % k->kv_heads ||
-	    heads / k->kv_heads > KVS_MAX_GROUP || !q || !n_pos || !tables ||
+	    heads / k->kv_heads > KVS_MAX_GROUP || head0 < 0 || head1 > heads || head0 > head1 ||
+	    head0 % (heads / k->kv_heads) || head1 % (heads / k->kv_heads) || window < 0 || !q || !n_pos || !tables ||
 	    !table_off || !scratch || !out || (k->key && !k_resid))
 		return KVS_ERR_ARG;
 	for (int64_t r = 0; r < n; r++) {
 		if (n_pos[r] < 1 || table_off[r] < 0) return KVS_ERR_ARG;
-		for (int64_t j = 0; j * k->block_size < n_pos[r]; j++)
+		int64_t p0 = window > 0 && n_pos[r] > window ? n_pos[r] - window : 0;
+		for (int64_t j = p0 / k->block_size; j * k->block_size < n_pos[r]; j++)
 			if (tables[table_off[r] + j] < 0 || tables[table_off[r] + j] >= k->blocks) return KVS_ERR_ARG;
 	}
-	return ops()->attention(k, v, layer, n, heads, scale, q, n_pos, tables, table_off, k_resid, scratch, out);
+	return ops()->attention(k, v, layer, n, heads, head0, head1, window, scale, q, n_pos, tables, table_off, k_resid, scratch, out);
 }

@@ -10,7 +10,7 @@ int KVS_FN(kvs_rmsnorm)(float *, const float *, const float *, int64_t, int64_t,
 int KVS_FN(kvs_rope)(float *, int64_t, int64_t, int64_t, int64_t, const int32_t *, float, float, const float *, int);
 int KVS_FN(kvs_swiglu)(float *, const float *, const float *, int64_t);
 int KVS_FN(kvs_add)(float *, const float *, int64_t);
-int KVS_FN(kvs_attention)(const struct kvs_kv_plane *, const struct kvs_kv_plane *, int32_t, int64_t, int32_t, float,
+int KVS_FN(kvs_attention)(const struct kvs_kv_plane *, const struct kvs_kv_plane *, int32_t, int64_t, int32_t, int32_t, int32_t, int32_t, float,
                           const float *, const int32_t *, const int32_t *, const int64_t *, const uint8_t *const *,
                           float *, float *);
 

@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 /* KVS_ABI_VERSION changes whenever any declaration below changes meaning. */
-#define KVS_ABI_VERSION 2
+#define KVS_ABI_VERSION 3
 
 /* kvs_status: what a function returns. */
 enum kvs_status {
@@ -273,27 +273,33 @@ KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n,
 /*
  * kvs_attention computes, for n rows (query tokens, possibly of different
  * sequences), out = softmax(q·Kᵀ·scale)·V over positions 0..n_pos[r]-1 of the
- * row's sequence, per query head, reading K and V straight from the blocks
- * its block table names (position p is slot p%block_size of block
- * tables[table_off[r] + p/block_size]).
+ * row's sequence (only the last `window` of them when window > 0: a
+ * sliding-window layer), per query head h in [head0, head1), reading K and
+ * V straight from the blocks its block table names (position p is slot
+ * p%block_size of block tables[table_off[r] + p/block_size]).
  *   q, out: [n][heads][head_dim]; query head h reads KV head h/(heads/kv_heads).
+ *     Only the heads in [head0, head1) are read and written; head0 and head1
+ *     are multiples of heads/kv_heads (whole KV-head groups), so callers
+ *     split one row's heads among threads.
  *   n_pos: n counts, each >= 1; table_off: n offsets into tables.
  *   k_resid: for int8/int4 keys, the residual slot of each table entry's key
  *     groups, k_resid[(table_off[r]+j)*k->groups + g], or NULL where the group
  *     is quantized (full); a slot holds [kv_head][token_in_group][head_dim] f16
  *     values (int8: only their high bytes, the low bytes in data; int4: whole,
  *     little-endian). NULL for other key precisions.
- *   scratch: (heads/kv_heads)*max(n_pos) floats, for the scores of the query
+ *   scratch: (heads/kv_heads)*max(n_pos) floats (at most window each, with a
+ *     window), for the scores of the query
  *     heads sharing one KV head (each decoded K and V row serves them all).
  * Scores run in position order: per position the float dot product of the
  * query head with the decoded key row, in the sixteen-lane order of
  * kvs_matmul's float types, times scale; then the
  * max, exp in double, their sum in double in position order, and
  * out = sum over positions, in order, of p_t*v_t (each product rounded, then
- * added). The result does not depend on the block size.
+ * added). The result does not depend on the block size, nor on the head
+ * range a call covers.
  */
 KVS_API int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
-                  int32_t heads, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
+                  int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
                   const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out);
 
 #ifdef __cplusplus

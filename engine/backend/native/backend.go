@@ -255,21 +255,13 @@ func (b *Backend) WriteKV(c backend.Cache, layer int, k, v backend.Buffer, slots
 	b.Backend.WriteKV(c, layer, k, v, slots)
 }
 
-// Attention runs in C, reading K and V in place from the store's blocks;
-// a sliding-window layer's runs in Go (the library has no window).
+// Attention runs in C, reading K and V in place from the store's blocks.
 func (b *Backend) Attention(out backend.Buffer, c backend.Cache, layer int, q backend.Buffer, heads int, r *backend.Rows) {
-	if r.Window > 0 {
-		b.mu.Lock()
-		b.fallbacks["sliding-window attention runs in Go"] = true
-		b.mu.Unlock()
-		b.Backend.Attention(out, c, layer, q, heads, r)
-		return
-	}
 	st := backend.HostStore(c)
 	cfg := st.Config()
 	w := heads * cfg.HeadDim
 	scale := float32(1 / math.Sqrt(float64(cfg.HeadDim)))
-	err := b.lib.AttentionRows(st, layer, heads, scale, backend.HostFloats(q)[:len(r.Pos)*w], r.Pos, r.Seqs, r.TableStart, r.Tables, backend.HostFloats(out)[:len(r.Pos)*w])
+	err := b.lib.AttentionRows(st, layer, heads, int(r.Window), scale, backend.HostFloats(q)[:len(r.Pos)*w], r.Pos, r.Seqs, r.TableStart, r.Tables, backend.HostFloats(out)[:len(r.Pos)*w])
 	if err != nil {
 		b.fail("attention", err)
 	}

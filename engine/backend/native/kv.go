@@ -2,6 +2,7 @@ package native
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"unsafe"
 
@@ -123,14 +124,14 @@ func (l *Lib) Attention(s *kvstore.Store, layer, heads int, scale float32, q []f
 			m.tables = append(m.tables, int32(b))
 		}
 	}
-	return l.attend(s, layer, heads, scale, q, &m, out)
+	return l.attend(s, layer, heads, 0, scale, q, &m, out)
 }
 
 // AttentionRows is Attention for rows described as engine/backend's Rows
-// does, in flat arrays: row i is at position pos[i] (attending 0..pos[i]);
-// sequence k has rows seqs[k]..seqs[k+1]-1 and block table
-// tables[tableStart[k]:tableStart[k+1]].
-func (l *Lib) AttentionRows(s *kvstore.Store, layer, heads int, scale float32, q []float32, pos, seqs, tableStart, tables []int32, out []float32) error {
+// does, in flat arrays: row i is at position pos[i] (attending 0..pos[i],
+// or only its window latest positions when window > 0); sequence k has rows
+// seqs[k]..seqs[k+1]-1 and block table tables[tableStart[k]:tableStart[k+1]].
+func (l *Lib) AttentionRows(s *kvstore.Store, layer, heads, window int, scale float32, q []float32, pos, seqs, tableStart, tables []int32, out []float32) error {
 	c := s.Config()
 	if len(seqs) < 1 || len(tableStart) != len(seqs) || seqs[0] != 0 || int(seqs[len(seqs)-1]) != len(pos) {
 		return fmt.Errorf("native: attention: %d sequence bounds and %d table starts do not describe %d rows", len(seqs), len(tableStart), len(pos))
@@ -148,7 +149,7 @@ func (l *Lib) AttentionRows(s *kvstore.Store, layer, heads int, scale float32, q
 			m.nPos[i], m.off[i] = pos[i]+1, int64(t0)
 		}
 	}
-	return l.attend(s, layer, heads, scale, q, &m, out)
+	return l.attend(s, layer, heads, window, scale, q, &m, out)
 }
 
 // attnMeta is an attention call's rows: positions to attend, offsets of
@@ -159,11 +160,13 @@ type attnMeta struct {
 	tables []int32
 }
 
-// attend checks the call and runs it, rows split among goroutines.
-func (l *Lib) attend(s *kvstore.Store, layer, heads int, scale float32, q []float32, m *attnMeta, out []float32) error {
+// attend checks the call and runs it, split among goroutines by (row, KV
+// head) pairs: a decode step's one row has each KV head's query group
+// computed by a different core, and a prefill's rows spread the same way.
+func (l *Lib) attend(s *kvstore.Store, layer, heads, window int, scale float32, q []float32, m *attnMeta, out []float32) error {
 	c := s.Config()
 	n := len(m.nPos)
-	if uint(layer) >= uint(c.Layers) || heads < 1 || heads%c.KVHeads != 0 || heads/c.KVHeads > maxGroup {
+	if uint(layer) >= uint(c.Layers) || window < 0 || window > math.MaxInt32 || heads < 1 || heads%c.KVHeads != 0 || heads/c.KVHeads > maxGroup {
 		return fmt.Errorf("native: attention: layer %d of %d, %d query heads over %d KV heads (at most %d a KV head)", layer, c.Layers, heads, c.KVHeads, maxGroup)
 	}
 	qd := heads * c.HeadDim
@@ -204,17 +207,26 @@ func (l *Lib) attend(s *kvstore.Store, layer, heads int, scale float32, q []floa
 	for _, p := range m.nPos {
 		maxPos = max(maxPos, p)
 	}
-	call := func(i int, scratch []float32) int32 {
-		return l.attention(unsafe.Pointer(&pk), unsafe.Pointer(&pv), int32(layer), 1, int32(heads), scale,
+	if window > 0 {
+		maxPos = min(maxPos, int32(window))
+	}
+	group := heads / c.KVHeads
+	call := func(i, g0, g1 int, scratch []float32) int32 {
+		return l.attention(unsafe.Pointer(&pk), unsafe.Pointer(&pv), int32(layer), 1, int32(heads),
+			int32(g0*group), int32(g1*group), int32(window), scale,
 			ptr(q[i*qd:]), ptr(m.nPos[i:]), ptr(m.tables), ptr(m.off[i:]), ptr(resid), ptr(scratch), ptr(out[i*qd:]))
 	}
-	rc := parallel(min(runtime.GOMAXPROCS(0), n), n, 1, n > 1, func(a, b int) int32 {
-		scratch := make([]float32, int(maxPos)*(heads/c.KVHeads))
+	units := n * c.KVHeads
+	rc := parallel(min(runtime.GOMAXPROCS(0), units), units, 1, units > 1, func(a, b int) int32 {
+		scratch := make([]float32, int(maxPos)*group)
 		var bad int32
-		for i := a; i < b; i++ {
-			if rc := call(i, scratch); rc != 0 {
+		for u := a; u < b; {
+			i, g0 := u/c.KVHeads, u%c.KVHeads
+			g1 := min(c.KVHeads, g0+b-u)
+			if rc := call(i, g0, g1, scratch); rc != 0 {
 				bad = rc
 			}
+			u += g1 - g0
 		}
 		return bad
 	})

@@ -77,7 +77,9 @@ func seqStore(t testing.TB, r *rand.Rand, c attnCase, lens []int) (*kvstore.Stor
 // e_s = (D/16+4)·2^-23·scale·Σ|q·k| (sixteen-lane sums of D products); a
 // softmax input error e moves the output by at most 2·max(e_s)·Σp|v|, and
 // the float32 weighted sum adds (npos+8)·2^-23·Σp|v|.
-func refAttention(s *kvstore.Store, layer, heads int, scale float32, q []float32, row AttnRow) (out, bound []float64) {
+//
+// With window > 0 only the row's window latest positions take part.
+func refAttention(s *kvstore.Store, layer, heads, window int, scale float32, q []float32, row AttnRow) (out, bound []float64) {
 	c := s.Config()
 	D, B := c.HeadDim, c.BlockSize
 	group := heads / c.KVHeads
@@ -105,6 +107,10 @@ func refAttention(s *kvstore.Store, layer, heads int, scale float32, q []float32
 		sc := make([]float64, row.NPos)
 		mx, es := math.Inf(-1), 0.0
 		for p := range row.NPos {
+			if window > 0 && p < row.NPos-window {
+				sc[p] = math.Inf(-1)
+				continue
+			}
 			k := ks[(g*row.NPos+p)*D:]
 			var dot, abs float64
 			for d, qv := range qh {
@@ -168,7 +174,7 @@ func TestAttentionParity(t *testing.T) {
 				// need only check this one.
 				scalar = out
 				for i, row := range rows {
-					want, bound := refAttention(s, 1, c.heads, scale, q[i*qd:(i+1)*qd], row)
+					want, bound := refAttention(s, 1, c.heads, 0, scale, q[i*qd:(i+1)*qd], row)
 					for j, w := range want {
 						if e := math.Abs(float64(out[i*qd+j]) - w); !(e <= bound[j]) {
 							t.Fatalf("%s: row %d output %d is %g, reference %g: error %.3g over the bound %.3g", name, i, j, out[i*qd+j], w, e, bound[j])
@@ -238,7 +244,7 @@ func TestAttentionRows(t *testing.T) {
 	qd := c.heads * c.dim
 	q := randVec(r, len(pos)*qd)
 	got := make([]float32, len(q))
-	if err := l.AttentionRows(s, 1, c.heads, 0.2, q, pos, seqs, start, flat, got); err != nil {
+	if err := l.AttentionRows(s, 1, c.heads, 0, 0.2, q, pos, seqs, start, flat, got); err != nil {
 		t.Fatal(err)
 	}
 	rows := make([]AttnRow, len(pos))
@@ -266,10 +272,54 @@ func TestAttentionRows(t *testing.T) {
 		{"table past the array", []int32{3}, []int32{0, 1}, []int32{0, 99}, flat, "table 0..99"},
 	}
 	for _, b := range bad {
-		err := l.AttentionRows(s, 1, c.heads, 0.2, q[:len(b.pos)*qd], b.pos, b.seqs, b.start, b.flat, got[:len(b.pos)*qd])
+		err := l.AttentionRows(s, 1, c.heads, 0, 0.2, q[:len(b.pos)*qd], b.pos, b.seqs, b.start, b.flat, got[:len(b.pos)*qd])
 		if err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("%s: got %v, want an error containing %q", b.name, err, b.want)
 		}
+	}
+}
+
+// TestAttentionWindow checks sliding-window attention (Gemma 3's local
+// layers): rows of a prompt chunk and a decode row with windows of 1, 5, a
+// block, more than a block and longer than the context, against the
+// reference over the window's positions only, within its bound, on every
+// path with the scalar path's bits.
+func TestAttentionWindow(t *testing.T) {
+	l := loadLib(t)
+	c := attnCase{k: kvstore.F16, v: kvstore.Q8_0, blockSize: 8, kvHeads: 2, heads: 4, dim: 16}
+	r := rand.New(rand.NewPCG(41, 42))
+	s, tables := seqStore(t, r, c, []int{37})
+	pos := []int32{20, 21, 22, 36}
+	var flat []int32
+	for _, b := range tables[0] {
+		flat = append(flat, int32(b))
+	}
+	qd := c.heads * c.dim
+	q := randVec(r, len(pos)*qd)
+	for _, w := range []int{1, 5, 8, 13, 100} {
+		var scalar []float32
+		eachPath(t, l, func(t *testing.T) {
+			got := make([]float32, len(q))
+			if err := l.AttentionRows(s, 1, c.heads, w, 0.3, q, pos, []int32{0, int32(len(pos))}, []int32{0, int32(len(flat))}, flat, got); err != nil {
+				t.Fatal(err)
+			}
+			if scalar == nil {
+				scalar = got
+			} else if i := sameBits(got, scalar); i >= 0 {
+				t.Fatalf("window %d: output %d is %g, the scalar path gives %g", w, i, got[i], scalar[i])
+			}
+			for i, p := range pos {
+				want, bound := refAttention(s, 1, c.heads, w, 0.3, q[i*qd:(i+1)*qd], AttnRow{int(p) + 1, tables[0]})
+				for j, v := range want {
+					if d := math.Abs(float64(got[i*qd+j]) - v); d > bound[j] {
+						t.Fatalf("window %d, row %d, output %d: %g, reference %g (bound %g)", w, i, j, got[i*qd+j], v, bound[j])
+					}
+				}
+			}
+		})
+	}
+	if err := l.AttentionRows(s, 1, c.heads, -1, 0.3, q, pos, []int32{0, int32(len(pos))}, []int32{0, int32(len(flat))}, flat, make([]float32, len(q))); err == nil {
+		t.Error("a negative window was accepted")
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 // ABIVersion is the version of native/include/kvscope.h this package speaks.
-const ABIVersion = 2
+const ABIVersion = 3
 
 // ErrNotFound is wrapped by Load's error when no library file exists where
 // it looked.
@@ -63,7 +63,7 @@ type Lib struct {
 	swiglu        func(unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int64) int32
 	add           func(unsafe.Pointer, unsafe.Pointer, int64) int32
 	kvWrite       func(unsafe.Pointer, int32, int64, unsafe.Pointer, unsafe.Pointer) int32
-	attention     func(unsafe.Pointer, unsafe.Pointer, int32, int64, int32, float32, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer) int32
+	attention     func(unsafe.Pointer, unsafe.Pointer, int32, int64, int32, int32, int32, int32, float32, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer) int32
 }
 
 // EnvDir is the environment variable naming a directory to look in first.
