@@ -32,6 +32,7 @@ type Engine struct {
 	done   chan struct{}
 
 	snap   atomic.Pointer[Snapshot]
+	watch  watchers // snapshot subscribers
 	events *ring.Log[Event]
 	// limits holds the settings in force and the pool's shape, for the
 	// callers that must not wait for a step (Config, Submit's checks).
@@ -217,15 +218,7 @@ func (e *Engine) loop() {
 		}
 	}()
 	for {
-		e.mu.Lock()
-		cmds, closed := e.cmds, e.closed
-		e.cmds = nil
-		e.mu.Unlock()
-		for _, f := range cmds {
-			f()
-		}
-		e.flushCacheEvents() // what the commands did (a cancellation's frees)
-		if closed {
+		if e.commands() {
 			e.cancelAll()
 			e.publish()
 			return
@@ -236,16 +229,51 @@ func (e *Engine) loop() {
 			continue
 		}
 		e.step()
-		if e.delay > 0 {
-			select {
-			case <-time.After(e.delay):
-			case <-e.wake:
-				// Keep the wake-up for the top of the loop (unless a
-				// command already left another one).
-				select {
-				case e.wake <- struct{}{}:
-				default:
-				}
+		e.rest(time.Now())
+	}
+}
+
+// commands runs the queued commands and reports whether the engine is
+// closing (the loop's goroutine).
+func (e *Engine) commands() (closed bool) {
+	e.mu.Lock()
+	cmds, closed := e.cmds, e.closed
+	e.cmds = nil
+	e.mu.Unlock()
+	for _, f := range cmds {
+		f()
+	}
+	e.flushCacheEvents() // what the commands did (a cancellation's frees)
+	return closed
+}
+
+// rest waits out the slow-motion delay after a step that ended at from.
+// Commands that arrive meanwhile (a Submit, a cancellation, SetDelay) run
+// at once, and the wait goes on to the step's full delay: however many
+// chats wake the engine, a step starts at most once per delay. Pausing or
+// closing ends the wait.
+func (e *Engine) rest(from time.Time) {
+	for e.delay > 0 {
+		left := time.Until(from.Add(e.delay))
+		if left <= 0 {
+			return
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-t.C:
+			return
+		case <-e.wake:
+			t.Stop()
+			e.mu.Lock()
+			closed := e.closed
+			e.mu.Unlock()
+			if closed {
+				e.wakeUp() // the loop's top closes
+				return
+			}
+			e.commands()
+			if e.paused {
+				return
 			}
 		}
 	}
@@ -492,29 +520,13 @@ func (e *Engine) Reconfigure(c Config) error {
 			c.Cache.HostBudget != old.Cache.HostBudget || c.Cache.K != old.Cache.K || c.Cache.V != old.Cache.V ||
 			c.Cache.Allocator != old.Cache.Allocator || c.Context != old.Context ||
 			(c.Cache.Budget == 0 && c.Sched.MaxSeqs != old.Sched.MaxSeqs)
+		if sc, _, err := e.storeConfig(c.Cache, e.context(c), c.Sched.MaxSeqs); err == nil && sc.Blocks != e.mgr.NumBlocks() {
+			rebuild = true // quantized keys' residuals are reserved per sequence
+		}
 		if rebuild {
-			if err := e.fitsLive(c); err != nil {
+			if err := e.rebuild(old, c, describeChange(old, c)); err != nil {
 				return err
 			}
-			e.flushCacheEvents()
-			w, r, s := e.sch.Counts()
-			if err := e.sch.Drain(); err != nil {
-				return err
-			}
-			e.flushCacheEvents() // the drain's frees, before the manager goes
-			if err := e.build(c); err != nil {
-				// The old pool is gone from the scheduler's view; rebuild it.
-				if err2 := e.build(old); err2 != nil {
-					panic(fmt.Sprintf("cannot restore the cache after a failed reconfiguration: %v", err2))
-				}
-				e.sch.SetManager(e.mgr)
-				e.requeueOpts()
-				return err
-			}
-			e.sch.SetManager(e.mgr)
-			e.requeueOpts()
-			e.event(Event{Kind: "reconfigure", Text: fmt.Sprintf("pool rebuilt (%s): %d blocks of %d tokens, K %s / V %s, %s; %d running and %d swapped sequences will recompute, %d still wait",
-				describeChange(old, c), e.mgr.NumBlocks(), c.Cache.BlockSize, c.Cache.K, c.Cache.V, c.Cache.Allocator, r, s, w)})
 		} else {
 			if c.Cache.Eviction != old.Cache.Eviction {
 				if err := e.mgr.SetEviction(c.Cache.Eviction); err != nil {
@@ -528,6 +540,51 @@ func (e *Engine) Reconfigure(c Config) error {
 			return err
 		}
 		e.setConfig(c)
+		e.publish()
+		return nil
+	})
+}
+
+// rebuild drains the running sequences, builds a new pool for c and
+// queues them to recompute in it; why says what changed, for the event
+// log. If c cannot be built, the pool for old comes back and the error
+// says why (the loop's goroutine).
+func (e *Engine) rebuild(old, c Config, why string) error {
+	if err := e.fitsLive(c); err != nil {
+		return err
+	}
+	e.flushCacheEvents()
+	w, r, s := e.sch.Counts()
+	if err := e.sch.Drain(); err != nil {
+		return err
+	}
+	e.flushCacheEvents() // the drain's frees, before the manager goes
+	if err := e.build(c); err != nil {
+		// The old pool is gone from the scheduler's view; rebuild it.
+		if err2 := e.build(old); err2 != nil {
+			panic(fmt.Sprintf("cannot restore the cache after a failed reconfiguration: %v", err2))
+		}
+		e.sch.SetManager(e.mgr)
+		e.requeueOpts()
+		return err
+	}
+	e.sch.SetManager(e.mgr)
+	e.requeueOpts()
+	e.event(Event{Kind: "reconfigure", Text: fmt.Sprintf("pool rebuilt (%s): %d blocks of %d tokens, K %s / V %s, %s; %d running and %d swapped sequences will recompute, %d still wait",
+		why, e.mgr.NumBlocks(), c.Cache.BlockSize, c.Cache.K, c.Cache.V, c.Cache.Allocator, r, s, w)})
+	return nil
+}
+
+// ClearCache empties the cache: the pool is rebuilt with the settings in
+// force, so no block stays in the prefix cache and the counters (prefix
+// hits, preemptions, copies on write…) start again from zero. Running
+// sequences recompute in the new pool. Teaching mode starts each lesson
+// from it, so that what one lesson left behind does not change the next.
+func (e *Engine) ClearCache() error {
+	return e.call(func() error {
+		if err := e.rebuild(e.cfg, e.cfg, "cache cleared"); err != nil {
+			return err
+		}
 		e.publish()
 		return nil
 	})

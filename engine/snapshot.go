@@ -232,6 +232,7 @@ func (e *Engine) publish() {
 		snap.Requests = append(snap.Requests, ri)
 	}
 	e.snap.Store(snap)
+	e.watch.call(snap)
 }
 
 // describeChange lists the settings that differ between two configs.

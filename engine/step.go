@@ -173,7 +173,7 @@ func (e *Engine) step() {
 	rep.Explain = rep.explain()
 	e.last = rep
 	e.event(Event{Kind: "step", Text: rep.Explain})
-	if time.Since(e.lastSnap) >= snapshotInterval || e.paused {
+	if time.Since(e.lastSnap) >= snapshotInterval || e.paused || e.watch.any() {
 		e.publish()
 	}
 }
