@@ -11,7 +11,7 @@ APT_PKGS := gcc pkg-config libgl1-mesa-dev xorg-dev
 SHOT_PKGS := xvfb xauth
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test fuzz bench screenshot clean native
+.PHONY: all deps build run test fuzz bench screenshot clean native cuda cuda-toolkit cuda-check metal
 
 all: build
 
@@ -32,6 +32,36 @@ NATIVE_LIB := native/build/libkvscope_cpu.$(if $(filter Darwin,$(shell uname -s)
 native: $(NATIVE_LIB)
 $(NATIVE_LIB): $(wildcard native/Makefile native/cpu/*.c native/cpu/*.h native/include/*.h)
 	$(MAKE) -C native
+
+# cuda builds native/build/libkvscope_cuda.so (native/cuda, native/README.md)
+# with nvcc, for sm_80 and sm_90 (CUDA_ARCHS overrides); where nvcc is
+# missing it says so and fails. `make cuda-toolkit` installs Debian's
+# toolkit (CUDA 11.8, contrib non-free) when nvcc is missing.
+NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/bin/nvcc)
+cuda:
+	@command -v $(NVCC) >/dev/null 2>&1 || { echo "make cuda: nvcc is not installed, so the CUDA library cannot be built here (make cuda-toolkit installs Debian's nvidia-cuda-toolkit)"; exit 1; }
+	$(MAKE) -C native/cuda NVCC=$(NVCC)
+
+# cuda-toolkit adds Debian's contrib and non-free components (a sources
+# file of its own) and installs nvidia-cuda-toolkit, unless nvcc exists.
+CUDA_SOURCES := /etc/apt/sources.list.d/kvscope-cuda.sources
+cuda-toolkit:
+	@if command -v nvcc >/dev/null 2>&1; then echo "nvcc is installed: $$(command -v nvcc)"; exit 0; fi; \
+	if [ ! -f $(CUDA_SOURCES) ]; then \
+		printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' | $(SUDO) tee $(CUDA_SOURCES) >/dev/null; \
+	fi; \
+	$(SUDO) apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive $(SUDO) nice -n 10 apt-get install -y -qq --no-install-recommends nvidia-cuda-toolkit
+
+# cuda-check is CI's compile check: the CUDA library for sm_80 and sm_90,
+# installing the toolkit first when nvcc is missing. No GPU is needed.
+cuda-check: cuda-toolkit
+	$(MAKE) cuda CUDA_ARCHS="80 90"
+
+# metal builds native/build/libkvscope_metal.dylib on macOS (native/metal).
+metal:
+	@[ "$$(uname -s)" = Darwin ] || { echo "make metal: the Metal library builds only on macOS (xcrun metal and clang with -framework Metal)"; exit 1; }
+	$(MAKE) -C native/metal
 
 build: deps
 	$(GO) build -o $(BIN) .

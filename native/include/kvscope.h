@@ -2,7 +2,9 @@
  * kvscope.h: the C ABI of kvscope's native compute library.
  *
  * One library (libkvscope_cpu.so, .dylib on macOS) holds every operation of
- * the forward pass that the Go engine may hand to native code. Go loads it
+ * the forward pass that the Go engine may hand to native code; the GPU
+ * libraries (libkvscope_cuda.so, libkvscope_metal.dylib) export the same
+ * functions on device memory (see "devices" below). Go loads it
  * with purego (no cgo), checks kvs_abi_version() == KVS_ABI_VERSION, and
  * falls back to its own kernels when the library is missing, mismatched, or
  * returns KVS_ERR_TYPE for a tensor type.
@@ -40,14 +42,15 @@ extern "C" {
 #endif
 
 /* KVS_ABI_VERSION changes whenever any declaration below changes meaning. */
-#define KVS_ABI_VERSION 3
+#define KVS_ABI_VERSION 4
 
 /* kvs_status: what a function returns. */
 enum kvs_status {
 	KVS_OK = 0,
 	KVS_ERR_TYPE = -1, /* tensor type or K/V precision not implemented here: fall back */
 	KVS_ERR_ARG = -2,  /* a shape, index or enum value is out of range */
-	KVS_ERR_PATH = -3  /* kvs_set_path: this CPU cannot run that path */
+	KVS_ERR_PATH = -3,  /* kvs_set_path: this CPU cannot run that path */
+	KVS_ERR_DEVICE = -4 /* a device failure (kvs_last_error says which) */
 };
 
 /* kvs_abi_version returns KVS_ABI_VERSION as the library was built. */
@@ -301,6 +304,138 @@ KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n,
 KVS_API int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
                   int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
                   const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out);
+
+/* -------------------------------------------------------------- devices */
+
+/*
+ * The device ABI. One ABI serves every library: libkvscope_cpu.so (host
+ * memory), libkvscope_cuda.so (native/cuda, an NVIDIA GPU) and
+ * libkvscope_metal.dylib (native/metal, Apple GPUs) all export every
+ * function of this header; kvs_device_kind() says which memory they
+ * compute on.
+ *
+ * In a device library (kvs_device_kind() != KVS_DEVICE_HOST) every array
+ * pointer passed to a compute function is device memory from kvs_malloc:
+ * weights, activations, quantized activations, outputs, positions, slots,
+ * token ids, gather rows, n_pos, tables, table_off, k_resid, frequency
+ * factors, scratch, and the data, scale and zero arrays that a struct
+ * kvs_kv_plane names. Small descriptor structs (struct kvs_kv_plane itself)
+ * are passed by host pointer and read before the call returns. Host memory
+ * crosses only through kvs_memcpy_h2d and kvs_memcpy_d2h.
+ *
+ * A device library queues its work in call order on one stream of its own
+ * and returns from a compute function once the arguments it can see on the
+ * host (shapes, enum values, plane descriptions) check out: KVS_ERR_ARG and
+ * KVS_ERR_TYPE come back at once, as in the host library. Values in device
+ * memory cannot be checked before the work runs, so there a slot, token id,
+ * gather row or block out of range writes nothing (kvs_kv_write) or zeros
+ * (the others) instead of failing. A failure of the device itself (a
+ * launch, an out-of-memory, a fault) makes the next kvs_synchronize or
+ * kvs_memcpy_d2h return KVS_ERR_DEVICE, and kvs_last_error says what it
+ * was. Calls from several threads are serialized by the library (one
+ * stream); the per-thread output split of the host library buys nothing
+ * there. In the host library every call completes before it returns, and
+ * its functions stay thread-safe as above.
+ *
+ * A device library's results follow the same formulas as the host
+ * library's but not its arithmetic order (a GPU sums in trees of its
+ * warps): they agree within rounding, not bit for bit, while each row's
+ * result still depends on that row alone (no batch-dependent reduction
+ * order), so batch invariance holds on every library.
+ */
+
+/* kvs_device_kind: what memory a library computes on. */
+enum kvs_device_kind {
+	KVS_DEVICE_HOST = 0,  /* this process's memory (libkvscope_cpu) */
+	KVS_DEVICE_CUDA = 1,  /* an NVIDIA GPU's memory (libkvscope_cuda) */
+	KVS_DEVICE_METAL = 2  /* an Apple GPU's memory (libkvscope_metal) */
+};
+
+/* kvs_device_kind returns the library's enum kvs_device_kind. */
+KVS_API int kvs_device_kind(void);
+
+/* kvs_device_name writes the device's name (as "NVIDIA H100 80GB HBM3, 80 GiB,
+ * sm_90"), NUL-terminated and cut to len bytes, into buf. It returns
+ * KVS_ERR_DEVICE, with the reason in buf, when the library has no usable
+ * device (no GPU, no driver, a driver too old for the library). */
+KVS_API int kvs_device_name(char *buf, int64_t len);
+
+/* kvs_malloc allocates bytes (> 0) of device memory, aligned to 256 bytes,
+ * into *ptr; KVS_ERR_DEVICE when there is not enough. Its contents are
+ * undefined. kvs_free releases memory from kvs_malloc (NULL: nothing). */
+KVS_API int kvs_malloc(int64_t bytes, void **ptr);
+KVS_API int kvs_free(void *ptr);
+
+/* kvs_memcpy_h2d copies bytes from host memory src to device memory dst,
+ * after every call issued before it; src may be reused once it returns.
+ * kvs_memcpy_d2h waits for every call issued before it, then copies device
+ * memory src to host memory dst, and returns the first device failure since
+ * the last kvs_synchronize or kvs_memcpy_d2h (KVS_ERR_DEVICE), if any.
+ * kvs_memcpy_d2d copies within the device, in order. kvs_memset sets bytes
+ * of device memory to the byte value. */
+KVS_API int kvs_memcpy_h2d(void *dst, const void *src, int64_t bytes);
+KVS_API int kvs_memcpy_d2h(void *dst, const void *src, int64_t bytes);
+KVS_API int kvs_memcpy_d2d(void *dst, const void *src, int64_t bytes);
+KVS_API int kvs_memset(void *dst, int value, int64_t bytes);
+
+/* kvs_synchronize waits for every call issued so far and returns KVS_OK or
+ * KVS_ERR_DEVICE, the first device failure since the last kvs_synchronize or
+ * kvs_memcpy_d2h. */
+KVS_API int kvs_synchronize(void);
+
+/* kvs_last_error writes the message of the library's last failure (empty
+ * when none), NUL-terminated and cut to len bytes, into buf. */
+KVS_API int kvs_last_error(char *buf, int64_t len);
+
+/* ------------------------------------------- element-wise ops on devices */
+
+/* kvs_add_bias adds bias[r] to x[b*rows + r] for n vectors of rows values
+ * (a matmul's bias). */
+KVS_API int kvs_add_bias(float *x, const float *bias, int64_t n, int64_t rows);
+
+/* kvs_scale multiplies x[i] by s for i < len. */
+KVS_API int kvs_scale(float *x, int64_t len, float s);
+
+/* kvs_geglu writes out[i] = gelu(gate[i]) * up[i] for i < len with GELU's
+ * tanh approximation 0.5*g*(1 + tanh(sqrt(2/pi)*(g + 0.044715*g^3))), in
+ * double (float on a GPU), rounded to float, then times up. out may equal
+ * gate or up. */
+KVS_API int kvs_geglu(float *out, const float *gate, const float *up, int64_t len);
+
+/* kvs_gather copies row rows[j] of src into row j of dst, n rows of width
+ * floats. */
+KVS_API int kvs_gather(float *dst, const float *src, const int32_t *rows, int64_t n, int64_t width);
+
+/* kvs_get_rows decodes row ids[i] of the weight matrix w (rows rows of cols
+ * elements of type, as for kvs_matmul) into out[i*cols..]: the embedding
+ * lookup of n tokens, each row as kvs_dequant_rows decodes it. */
+KVS_API int kvs_get_rows(uint32_t type, const void *w, int64_t rows, int64_t cols, const int32_t *ids, int64_t n,
+                         float *out);
+
+/* --------------------------------------------------- paged K/V on devices */
+
+/* kvs_kv_supported returns KVS_OK when the library writes, reads and attends
+ * over K (key != 0) or V (key == 0) at precision prec, else KVS_ERR_TYPE.
+ * No library takes int8/int4 keys through kvs_kv_write (see there). */
+KVS_API int kvs_kv_supported(int32_t prec, int32_t key);
+
+/* kvs_kv_read decodes the n rows at slots[i] of layer of plane p into
+ * rows[i] (kv_heads*head_dim values, head-major): kvs_kv_write's inverse up
+ * to its rounding, the values engine/kvstore's ReadK/ReadV give. Int8/int4
+ * keys return KVS_ERR_TYPE. */
+KVS_API int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, float *rows);
+
+/* kvs_kv_copy_block makes block dst of plane p a copy of block src in every
+ * layer (data, scale, zero): copy on write. Int8/int4 keys, whose residual
+ * slots the plane does not describe, return KVS_ERR_TYPE. */
+KVS_API int kvs_kv_copy_block(const struct kvs_kv_plane *p, int32_t dst, int32_t src);
+
+/* kvs_attention_scratch returns the bytes of scratch kvs_attention needs for
+ * n rows of heads query heads over kv_heads KV heads of head_dim, none
+ * attending more than max_pos positions, or a negative kvs_status for
+ * shapes it does not take. A device library splits long contexts into
+ * partitions whose partial softmax sums it keeps there. */
+KVS_API int64_t kvs_attention_scratch(int64_t n, int32_t heads, int32_t kv_heads, int32_t head_dim, int32_t max_pos);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,6 @@
 package native
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -20,7 +19,8 @@ var Backends = []string{"cuda", "metal", "cpu", "go"}
 // backend runs and why, for the status line and `kvscope info`. An empty
 // name means $KVSCOPE_BACKEND, and an unset one "auto": CUDA, then Metal,
 // then the native CPU library, then pure Go, the first that loads; each one
-// skipped is named with its reason, and pure Go always loads. A backend
+// skipped is named with its reason (CUDA: libkvscope_cuda.so is missing, of
+// another ABI version, or finds no GPU), and pure Go always loads. A backend
 // named explicitly that cannot load is an error, never a silent fallback.
 func Choose(name string) (backend.Backend, string, error) {
 	from := ""
@@ -63,10 +63,10 @@ func openBackend(name string) (backend.Backend, error) {
 			return nil, fmt.Errorf("%s runs only its scalar path on this CPU, slower than the Go kernels", lib.File())
 		}
 		return NewBackend(lib), nil
-	case "cuda":
-		return nil, errors.New("no CUDA backend in this build")
-	case "metal":
-		return nil, errors.New("no Metal backend in this build")
+	case "cuda", "metal":
+		// OpenDevice says why in one sentence: no library (make cuda),
+		// another ABI version, or no usable GPU.
+		return OpenDevice(name)
 	}
 	return nil, fmt.Errorf("unknown backend (want one of %s, or auto)", strings.Join(Backends, ", "))
 }
@@ -74,6 +74,9 @@ func openBackend(name string) (backend.Backend, error) {
 func describe(be backend.Backend) string {
 	if nb, ok := be.(*Backend); ok {
 		return fmt.Sprintf("cpu (%s path, %s)", nb.lib.PathName(nb.lib.Path()), nb.lib.File())
+	}
+	if d, ok := be.(*Device); ok {
+		return d.describe()
 	}
 	return be.Name()
 }

@@ -22,8 +22,7 @@ func TestChoose(t *testing.T) {
 		{name: "GO ", want: "go", note: "backend go"},
 		{name: "", env: "go", want: "go", note: "(" + BackendEnv + ")"},
 		{name: "bogus", note: "unknown backend"},
-		{name: "cuda", note: "no CUDA backend in this build"},
-		{name: "metal", note: "no Metal backend in this build"},
+		{name: "metal", note: "etal"},
 		{name: "", env: "metal", note: BackendEnv},
 		// A broken library: auto falls back to Go and says why; cpu,
 		// asked for by name, is an error.
@@ -52,7 +51,11 @@ func TestChoose(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := "cpu"
-		if libErr != nil {
+		if _, err := OpenDevice("cuda"); err == nil {
+			want = "cuda" // a machine with a GPU and the CUDA library built
+		} else if !strings.Contains(note, "not cuda: ") {
+			t.Errorf("the note does not say why CUDA is not used: %q", note)
+		} else if libErr != nil {
 			want = "go" // the library is not built: Go, saying so
 			if !strings.Contains(note, "not cpu") {
 				t.Errorf("the fallback note does not say why the native library is not used: %q", note)

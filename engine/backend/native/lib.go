@@ -12,7 +12,7 @@ import (
 )
 
 // ABIVersion is the version of native/include/kvscope.h this package speaks.
-const ABIVersion = 3
+const ABIVersion = 4
 
 // ErrNotFound is wrapped by Load's error when no library file exists where
 // it looked.
