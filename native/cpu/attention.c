@@ -33,12 +33,9 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 			for (int hh = 0; hh < group; hh++) {
 				float *sc = scratch + (int64_t)hh * m, mx = -INFINITY;
 				for (int i = 0; i < m; i++) mx = fmaxf(mx, sc[i]);
+				for (int i = 0; i < m; i++) sc[i] = kvs_expf(sc[i] - mx);
 				double sum = 0;
-				for (int i = 0; i < m; i++) {
-					float e = (float)exp((double)(sc[i] - mx));
-					sc[i] = e;
-					sum += (double)e;
-				}
+				for (int i = 0; i < m; i++) sum += (double)sc[i];
 				inv[hh] = (float)(1 / sum);
 				for (int d = 0; d < D; d++) og[hh * D + d] = 0;
 			}

@@ -122,6 +122,29 @@ static inline uint16_t kvs_f2bf(float f) {
 /* kvs_le16 reads a little-endian uint16 at p. */
 static inline uint16_t kvs_le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
+/* kvs_expf is e^x in float operations only, within 2 ulps (Cephes' expf:
+ * x = n·ln2 + r with ln2 in two parts, a degree-7 polynomial for e^r on
+ * |r| <= ln2/2, times 2^n built in the exponent bits), branch-free so that
+ * the loops calling it vectorize on every path with the same bits. x is
+ * clamped to [-87, 88], where e^x is a normal float. */
+static inline float kvs_expf(float x) {
+	x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+	float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+	float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+	float p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * (r * r) + r + 1.0f;
+	union {
+		uint32_t u;
+		float f;
+	} sc = {.u = (uint32_t)((int32_t)n + 127) << 23};
+	return p * sc.f;
+}
+
 /* kvs_lane_sum16 sums 16 lanes as (l, l+8), (l, l+4), (l, l+2), (l, l+1). */
 static inline float kvs_lane_sum16(float *a) {
 	for (int s = 8; s >= 1; s >>= 1)

@@ -59,7 +59,7 @@ __attribute__((optimize("no-tree-vectorize"))) static int rope(float *x, int64_t
 static int swiglu(float *out, const float *gate, const float *up, int64_t len) {
 	for (int64_t i = 0; i < len; i++) {
 		float g = gate[i];
-		out[i] = g / (1 + (float)exp(-(double)g)) * up[i];
+		out[i] = g / (1 + kvs_expf(-g)) * up[i];
 	}
 	return KVS_OK;
 }

@@ -210,7 +210,9 @@ KVS_API int kvs_rope(float *x, int64_t n, int64_t heads, int64_t head_dim, int64
              float base, float scale, const float *freq_factors, int neox);
 
 /* kvs_swiglu writes out[i] = silu(gate[i]) * up[i] for i < len, silu(g) =
- * g/(1+exp(-g)). out may equal gate or up. */
+ * g/(1+exp(-g)), exp in float operations within 2 ulps of e^x (its
+ * argument clamped to [-87, 88]), the same bits on every path. out may
+ * equal gate or up. */
 KVS_API int kvs_swiglu(float *out, const float *gate, const float *up, int64_t len);
 
 /* kvs_add adds y to x: x[i] += y[i] for i < len. */
@@ -296,7 +298,8 @@ KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n,
  * Scores run in position order: per position the float dot product of the
  * query head with the decoded key row, in the sixteen-lane order of
  * kvs_matmul's float types, times scale; then the
- * max, exp in double, their sum in double in position order, and
+ * max, exp (in float operations, within 2 ulps, as kvs_swiglu's), their
+ * sum in double in position order, and
  * out = sum over positions, in order, of p_t*v_t (each product rounded, then
  * added). The result does not depend on the block size, nor on the head
  * range a call covers.

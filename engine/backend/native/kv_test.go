@@ -76,7 +76,8 @@ func seqStore(t testing.TB, r *rand.Rand, c attnCase, lens []int) (*kvstore.Stor
 // the library's scores are float32 dot products, each off by at most
 // e_s = (D/16+4)·2^-23·scale·Σ|q·k| (sixteen-lane sums of D products); a
 // softmax input error e moves the output by at most 2·max(e_s)·Σp|v|, and
-// the float32 weighted sum adds (npos+8)·2^-23·Σp|v|.
+// the float32 weighted sum adds (npos+8)·2^-23·Σp|v|, which also covers
+// the library's float exp (within 2 ulps: 2^-22·Σp|v|).
 //
 // With window > 0 only the row's window latest positions take part.
 func refAttention(s *kvstore.Store, layer, heads, window int, scale float32, q []float32, row AttnRow) (out, bound []float64) {

@@ -24,6 +24,7 @@ var workers struct {
 	sleeping atomic.Int32
 	wake     chan struct{}
 	once     sync.Once
+	_        [64]byte               // pre, written by callers and helpers, on a cache line of its own
 	pre      atomic.Pointer[[]byte] // memory an idle helper reads ahead
 }
 
@@ -43,6 +44,7 @@ type job struct {
 	total, unit int
 	div         int64        // a range is what is left / div
 	next        atomic.Int64 // the start of the next range to take
+	_           [56]byte     // done, which the caller polls, apart from next
 	done        atomic.Int64 // elements finished
 	bad         atomic.Int32 // the last nonzero status
 }
@@ -74,8 +76,12 @@ func helper() {
 	for {
 		t0 := time.Now()
 		for i := 0; w.gen.Load() == seen; i++ {
-			if p := w.pre.Swap(nil); p != nil {
-				readAhead(*p, seen)
+			// Load before Swap: a Swap writes the cache line every
+			// turn of the loop, and the caller reads gen and job.
+			if w.pre.Load() != nil {
+				if p := w.pre.Swap(nil); p != nil {
+					readAhead(*p, seen)
+				}
 			}
 			if i&1023 == 1023 && time.Since(t0) > spinFor {
 				w.sleeping.Add(1)
