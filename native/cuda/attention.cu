@@ -1,0 +1,227 @@
+/* attention.cu: paged attention over block tables, in the style of vLLM's
+ * paged_attention v2 (and FlashInfer's split-KV decode): each row's
+ * attended positions are cut into partitions of PART positions; thread
+ * block (row, KV head, worker w) takes partitions w, w+WORKERS, ... of the
+ * row, computing for the query heads sharing that KV head the scores of a
+ * partition (each decoded key row serves all of them), its softmax
+ * (max, exp, sum) and the weighted sum of its value rows, merged into a
+ * running (max, sum, output) with the usual rescaling. A row of one
+ * partition writes its output at once; longer rows leave one partial
+ * result per worker in scratch, and the reduce kernel merges them in
+ * worker order. The partitioning depends only on the row's own length
+ * (never on the batch, nor on the block size), so results are
+ * batch-invariant and block-size-invariant.
+ *
+ * Prefill rows (a prompt chunk: many rows of one sequence) run through the
+ * same kernel, one thread block per (row, KV head, worker); their K/V rows
+ * are read once per row (from L2 for the rows of one chunk), not shared
+ * among the rows of a tile as a FlashAttention-style prefill kernel would.
+ * That keeps each row's arithmetic the same whether it decodes alone or
+ * comes in a prompt chunk. */
+#include <math.h>
+
+#include "common.cuh"
+#include "kv.cuh"
+
+#define PART 256     /* positions a partition */
+#define WORKERS 16   /* thread blocks a (row, KV head) at most */
+#define ATT_THREADS 128
+#define HCHUNK 8     /* query heads a thread keeps in registers at a time */
+
+/* attended returns the first attended position and the count for a row
+ * of n_pos positions. */
+__device__ __forceinline__ void attended(int32_t n_pos, int32_t window, int *first, int *count) {
+	int f = window > 0 && n_pos > window ? n_pos - window : 0;
+	*first = f, *count = n_pos - f;
+}
+
+__global__ void attn_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, int32_t layer, int32_t heads, int32_t head0,
+                            int32_t G, int32_t window, float scale, const float *__restrict__ q,
+                            const int32_t *__restrict__ n_pos, const int32_t *__restrict__ tables,
+                            const int64_t *__restrict__ table_off, float *__restrict__ wmax, float *__restrict__ wsum,
+                            float *__restrict__ wacc, float *__restrict__ out) {
+	extern __shared__ float sm[];
+	const int D = K.head_dim, B = K.block_size;
+	const int64_t r = blockIdx.x;
+	const int kvh = head0 / G + blockIdx.y, w = blockIdx.z, h0 = kvh * G;
+	int first, count;
+	attended(n_pos[r], window, &first, &count);
+	const int nparts = (count + PART - 1) / PART;
+	if (w >= nparts) return;
+	float *qs = sm, *acc = qs + G * D, *sc = acc + G * D, *M = sc + G * PART, *S = M + G, *alpha = S + G,
+	      *beta = alpha + G;
+	const int tid = threadIdx.x, warp = tid / KVS_WARP, lane = tid % KVS_WARP, warps = blockDim.x / KVS_WARP;
+	for (int e = tid; e < G * D; e += blockDim.x) {
+		qs[e] = q[(r * heads + h0) * D + e];
+		acc[e] = 0;
+	}
+	for (int g = tid; g < G; g += blockDim.x) M[g] = -INFINITY, S[g] = 0;
+	const int32_t *table = tables + table_off[r];
+	__syncthreads();
+	for (int part = w; part < nparts; part += gridDim.z) {
+		const int p0 = first + part * PART, np = min(PART, first + count - p0);
+		/* scores: a warp a position */
+		for (int i = warp; i < np; i += warps) {
+			int t = p0 + i, blk = table[t / B];
+			bool ok = blk >= 0 && blk < K.blocks;
+			int64_t lb = (int64_t)layer * K.blocks + blk;
+			for (int g0 = 0; g0 < G; g0 += HCHUNK) {
+				float a[HCHUNK];
+#pragma unroll
+				for (int k = 0; k < HCHUNK; k++) a[k] = 0;
+				if (ok)
+					for (int d = lane; d < D; d += KVS_WARP) {
+						float kv = kv_value(K, lb, kvh, t % B, d);
+#pragma unroll
+						for (int k = 0; k < HCHUNK; k++)
+							if (g0 + k < G) a[k] += qs[(g0 + k) * D + d] * kv;
+					}
+#pragma unroll
+				for (int k = 0; k < HCHUNK; k++) {
+					float s = warp_sum(a[k]);
+					if (lane == 0 && g0 + k < G) sc[(g0 + k) * PART + i] = ok ? s * scale : -INFINITY;
+				}
+			}
+		}
+		__syncthreads();
+		/* softmax of the partition, merged into the running max and sum */
+		for (int g = warp; g < G; g += warps) {
+			float m = -INFINITY;
+			for (int i = lane; i < np; i += KVS_WARP) m = fmaxf(m, sc[g * PART + i]);
+			m = warp_max(m);
+			float s = 0;
+			for (int i = lane; i < np; i += KVS_WARP) {
+				float p = m == -INFINITY ? 0.0f : expf(sc[g * PART + i] - m);
+				sc[g * PART + i] = p;
+				s += p;
+			}
+			s = warp_sum(s);
+			if (lane == 0) {
+				float nm = fmaxf(M[g], m);
+				float al = M[g] == -INFINITY ? 0.0f : expf(M[g] - nm), be = m == -INFINITY ? 0.0f : expf(m - nm);
+				S[g] = S[g] * al + s * be;
+				M[g] = nm, alpha[g] = al, beta[g] = be;
+			}
+		}
+		__syncthreads();
+		/* values: a thread a dimension, positions in order */
+		for (int d = tid; d < D; d += blockDim.x)
+			for (int g0 = 0; g0 < G; g0 += HCHUNK) {
+				float a[HCHUNK];
+#pragma unroll
+				for (int k = 0; k < HCHUNK; k++) a[k] = 0;
+				for (int i = 0; i < np; i++) {
+					int t = p0 + i, blk = table[t / B];
+					if (blk < 0 || blk >= V.blocks) continue;
+					float v = kv_value(V, (int64_t)layer * V.blocks + blk, kvh, t % B, d);
+#pragma unroll
+					for (int k = 0; k < HCHUNK; k++)
+						if (g0 + k < G) a[k] += sc[(g0 + k) * PART + i] * v;
+				}
+#pragma unroll
+				for (int k = 0; k < HCHUNK; k++)
+					if (g0 + k < G) {
+						int e = (g0 + k) * D + d;
+						acc[e] = acc[e] * alpha[g0 + k] + a[k] * beta[g0 + k];
+					}
+			}
+		__syncthreads();
+	}
+	for (int e = tid; e < G * D; e += blockDim.x) {
+		int g = e / D, d = e % D;
+		int64_t hq = r * heads + h0 + g;
+		if (nparts == 1 || gridDim.z == 1) { /* one worker: the whole row */
+			out[hq * D + d] = S[g] > 0 ? acc[e] / S[g] : 0.0f;
+		} else {
+			wacc[(hq * WORKERS + w) * D + d] = acc[e];
+			if (d == 0) wmax[hq * WORKERS + w] = M[g], wsum[hq * WORKERS + w] = S[g];
+		}
+	}
+}
+
+/* reduce_kernel merges the workers' partial results of rows longer than
+ * one partition, in worker order. */
+__global__ void reduce_kernel(int32_t heads, int32_t head0, int32_t D, int32_t window, const int32_t *__restrict__ n_pos,
+                              const float *__restrict__ wmax, const float *__restrict__ wsum,
+                              const float *__restrict__ wacc, float *__restrict__ out) {
+	const int64_t r = blockIdx.x, hq = r * heads + head0 + blockIdx.y;
+	int first, count;
+	attended(n_pos[r], window, &first, &count);
+	const int nparts = (count + PART - 1) / PART;
+	if (nparts <= 1) return;
+	const int nw = min(nparts, WORKERS);
+	float m = -INFINITY;
+	for (int w = 0; w < nw; w++) m = fmaxf(m, wmax[hq * WORKERS + w]);
+	float den = 0;
+	for (int w = 0; w < nw; w++)
+		if (wsum[hq * WORKERS + w] > 0) den += wsum[hq * WORKERS + w] * expf(wmax[hq * WORKERS + w] - m);
+	for (int d = threadIdx.x; d < D; d += blockDim.x) {
+		float o = 0;
+		for (int w = 0; w < nw; w++)
+			if (wsum[hq * WORKERS + w] > 0) o += wacc[(hq * WORKERS + w) * D + d] * expf(wmax[hq * WORKERS + w] - m);
+		out[hq * D + d] = den > 0 ? o / den : 0.0f;
+	}
+}
+
+/* smem_bytes is the attention kernel's shared memory for G heads of D. */
+static size_t smem_bytes(int64_t G, int64_t D) { return (size_t)(2 * G * D + G * PART + 4 * G) * sizeof(float); }
+
+/* max_smem returns the shared memory a block may opt in to. */
+static int max_smem(void) {
+	static int v = -1;
+	if (v < 0) {
+		int dev = 0;
+		cudaGetDevice(&dev);
+		if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+			cudaGetLastError();
+			v = 48 * 1024;
+		}
+	}
+	return v;
+}
+
+KVS_EXPORT int64_t kvs_attention_scratch(int64_t n, int32_t heads, int32_t kv_heads, int32_t head_dim, int32_t max_pos) {
+	if (n < 0 || heads < 1 || kv_heads < 1 || heads % kv_heads || heads / kv_heads > KVS_MAX_GROUP || head_dim < 1 ||
+	    head_dim > KVS_MAX_HEAD_DIM || max_pos < 1)
+		return KVS_ERR_ARG;
+	if (smem_bytes(heads / kv_heads, head_dim) > (size_t)max_smem()) return KVS_ERR_ARG;
+	if (max_pos <= PART) return 0; /* every row is one partition: no partial results */
+	return n * heads * WORKERS * (int64_t)(head_dim + 2) * (int64_t)sizeof(float);
+}
+
+KVS_EXPORT int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
+                             int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q,
+                             const int32_t *n_pos, const int32_t *tables, const int64_t *table_off,
+                             const uint8_t *const *k_resid, float *scratch, float *out) {
+	(void)k_resid; /* only int8/int4 keys have residuals, and they are refused */
+	int rc = kvs_plane_check(k);
+	if (rc == KVS_OK) rc = kvs_plane_check(v);
+	if (rc != KVS_OK) return rc;
+	if (k->key || v->key) return KVS_ERR_TYPE;
+	if (k->layers != v->layers || k->blocks != v->blocks || k->block_size != v->block_size ||
+	    k->kv_heads != v->kv_heads || k->head_dim != v->head_dim || layer < 0 || layer >= k->layers || n < 0 ||
+	    n > 0x7fffffff || heads < 1 || heads % k->kv_heads || window < 0)
+		return KVS_ERR_ARG;
+	int32_t G = heads / k->kv_heads;
+	if (G > KVS_MAX_GROUP || head0 < 0 || head1 > heads || head0 > head1 || head0 % G || head1 % G) return KVS_ERR_ARG;
+	if (n == 0 || head0 == head1) return KVS_OK;
+	if (!q || !n_pos || !tables || !table_off || !out) return KVS_ERR_ARG;
+	size_t smem = smem_bytes(G, k->head_dim);
+	if (smem > (size_t)max_smem()) return KVS_ERR_ARG;
+	if (smem > 48 * 1024) {
+		cudaError_t err = cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		if (err != cudaSuccess) return kvs_record("attention shared memory", err);
+	}
+	/* Partial results of the workers (rows of one partition write out at
+	 * once and never touch them): max, sum, then the outputs. */
+	float *wmax = scratch, *wsum = scratch ? scratch + n * heads * WORKERS : NULL,
+	      *wacc = scratch ? scratch + 2 * n * heads * WORKERS : NULL;
+	dim3 grid((unsigned)n, (unsigned)((head1 - head0) / G), scratch ? WORKERS : 1);
+	cudaStream_t st = kvs_stream();
+	attn_kernel<<<grid, ATT_THREADS, smem, st>>>(*k, *v, layer, heads, head0, G, window, scale, q, n_pos, tables, table_off,
+	                                             wmax, wsum, wacc, out);
+	if ((rc = kvs_launched("attention")) != KVS_OK || !scratch) return rc;
+	reduce_kernel<<<dim3((unsigned)n, (unsigned)(head1 - head0)), ATT_THREADS, 0, st>>>(heads, head0, k->head_dim, window, n_pos,
+	                                                                               wmax, wsum, wacc, out);
+	return kvs_launched("attention reduce");
+}
