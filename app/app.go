@@ -124,17 +124,19 @@ type App struct {
 	controls *controls
 	teach    *teacher
 	tabs     *container.AppTabs
-	info     *widget.Form
-	status   *widget.Label
-	modelBtn *widget.Button
-	firstRun fyne.CanvasObject
-	main     fyne.CanvasObject
-	content  *fyne.Container
-	recent   *fyne.Container
-	models   *modelTab // the Models tab and the first-run screen's lists
-	problems []string  // load problems to tell the user
-	opening  string    // the model being loaded ("" when none is)
-	closed   bool
+	// The tabs, by name.
+	tabInspector, tabControls, tabTeaching, tabModel, tabModels *container.TabItem
+	info                                                        *widget.Form
+	status                                                      *widget.Label
+	modelBtn                                                    *widget.Button
+	firstRun                                                    fyne.CanvasObject
+	main                                                        fyne.CanvasObject
+	content                                                     *fyne.Container
+	recent                                                      *fyne.Container
+	models                                                      *modelTab // the Models tab and the first-run screen's lists
+	problems                                                    []string  // load problems to tell the user
+	opening                                                     string    // the model being loaded ("" when none is)
+	closed                                                      bool
 
 	mu   sync.Mutex // guards eng and mdl: the live loop reads them
 	eng  *engine.Engine
@@ -221,13 +223,14 @@ func (a *App) build() {
 	mv := a.models.view()
 	modelsTab := container.NewVScroll(container.NewPadded(mv.root))
 	mv.outer = modelsTab
-	a.tabs = container.NewAppTabs(
-		container.NewTabItem("Inspector", a.insp),
-		container.NewTabItem("Controls", a.controls.root),
-		container.NewTabItem("Teaching", a.teach.root),
-		container.NewTabItem("Model", infoTab),
-		container.NewTabItem("Models", modelsTab),
-	)
+	// A lesson's bar sits above the heatmap, so its explanation and the
+	// cache it talks about are seen together.
+	a.tabInspector = container.NewTabItem("Inspector", container.NewBorder(a.teach.lessons.bar, nil, nil, nil, a.insp))
+	a.tabControls = container.NewTabItem("Controls", a.controls.root)
+	a.tabTeaching = container.NewTabItem("Teaching", a.teach.root)
+	a.tabModel = container.NewTabItem("Model", infoTab)
+	a.tabModels = container.NewTabItem("Models", modelsTab)
+	a.tabs = container.NewAppTabs(a.tabInspector, a.tabControls, a.tabTeaching, a.tabModel, a.tabModels)
 	split := container.NewHSplit(a.chat, a.tabs)
 	split.Offset = 0.47
 	top := container.NewBorder(nil, nil, a.modelBtn, nil, a.status)
@@ -294,8 +297,8 @@ func (a *App) modelMenu() *fyne.Menu {
 		recent.ChildMenu = fyne.NewMenu("", sub...)
 		items = append(items, recent)
 	}
-	items = append(items, fyne.NewMenuItem("Models on this machine and downloads", func() { a.tabs.SelectIndex(4) }),
-		fyne.NewMenuItem("Model information", func() { a.tabs.SelectIndex(3) }))
+	items = append(items, fyne.NewMenuItem("Models on this machine and downloads", func() { a.tabs.Select(a.tabModels) }),
+		fyne.NewMenuItem("Model information", func() { a.tabs.Select(a.tabModel) }))
 	return fyne.NewMenu("Model", items...)
 }
 
@@ -427,8 +430,8 @@ func (a *App) use(l *loaded, e *engine.Engine, problems []string, delay time.Dur
 		go func() { e.Close(); l.close() }()
 		return
 	}
+	a.teach.lessons.forget() // its engine goes; the new one runs on the saved settings
 	a.teach.stopAll()
-	a.teach.forgetSaved() // the new engine runs on the saved settings
 	a.problems = append(a.problems, problems...)
 	a.teach.delayIn(e, delay)
 	a.mu.Lock()

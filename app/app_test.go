@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +13,11 @@ import (
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/test"
 
+	"kvscope/app/inspector"
+	"kvscope/app/lesson"
 	"kvscope/app/store"
 	"kvscope/app/uithread"
+	"kvscope/engine"
 	"kvscope/internal/testshared"
 )
 
@@ -97,7 +100,7 @@ func TestBlockSizeSliderReconfiguresTheEngine(t *testing.T) {
 			t.Fatalf("block size %d before the test, want 16", a.Engine().Config().Cache.BlockSize)
 		}
 		// Drag the slider's knob one stop right: 16 → 32 tokens.
-		a.tabs.SelectIndex(1)
+		a.tabs.Select(a.tabControls)
 		s := a.controls.block
 		if s.Size().Width < 50 {
 			t.Fatalf("slider is %v wide", s.Size())
@@ -223,38 +226,102 @@ func TestStepModeExplains(t *testing.T) {
 	uithread.WaitFor(t, "the reply after resuming", func() bool { return a.chat.Conversations().List[0].Messages[1].Finish != "" })
 }
 
-func TestLoadGeneratorAndPresets(t *testing.T) {
+func TestLoadGeneratorShowsWhatRuns(t *testing.T) {
 	a, _ := newApp(t, t.TempDir())
 	if err := a.OpenModel(stories(t)); err != nil {
 		t.Fatal(err)
 	}
 	uithread.Locked(func() {
-		if err := a.teach.startLoad(3, 16, 8); err != nil {
+		if err := a.teach.load.start(lesson.Load{Users: 3, Prompt: 16, Reply: 8}); err != nil {
 			t.Fatal(err)
+		}
+		if a.teach.load.users.Value != 3 || a.teach.load.plen.Value != 16 || a.teach.load.rlen.Value != 8 {
+			t.Errorf("the sliders show %v users, %v and %v tokens; the load is 3, 16 and 8", a.teach.load.users.Value, a.teach.load.plen.Value, a.teach.load.rlen.Value)
 		}
 	})
 	uithread.WaitFor(t, "synthetic requests", func() bool {
-		return a.teach.load != nil && strings.Contains(a.teach.loadLab.Text, "users:") && !strings.Contains(a.teach.loadLab.Text, " 0 requests done")
+		return a.teach.load.g != nil && strings.Contains(a.teach.load.lab.Text, "3 users, prompts of 16 tokens, replies of 8 tokens: ") &&
+			!strings.Contains(a.teach.load.lab.Text, ": 0 requests done")
 	})
-	uithread.Locked(a.teach.stopLoad)
+	uithread.Locked(a.teach.load.stop)
+}
 
-	tests := []struct {
-		preset int
-		want   string
-	}{
-		{0, "Both runs gave the same text"},
-		{2, "Done: the prompt was computed once for four samples"},
-		{5, "as many"},
+// playLesson plays l through the Teaching tab, pressing Next whenever the
+// bar offers it, and returns the figures the bar showed.
+func playLesson(t *testing.T, a *App, l *lesson.Lesson) string {
+	t.Helper()
+	uithread.Locked(func() {
+		a.tabs.Select(a.tabTeaching)
+		a.teach.lessons.start(l)
+		if a.tabs.Selected() != a.tabInspector || !a.teach.lessons.bar.Visible() {
+			t.Errorf("%s: the lesson's bar is not shown beside the heatmap", l.Name)
+		}
+	})
+	var figures string
+	uithread.WaitFor(t, l.Name, func() bool {
+		v := a.teach.lessons
+		if !v.next.Disabled() {
+			test.Tap(v.next)
+		}
+		figures = v.figures.Text
+		return v.run != nil && v.run.ended
+	})
+	return figures
+}
+
+// TestLessonsInTheWindow plays lessons through the Teaching tab: the bar
+// shows each step and its figure beside the heatmap, Next goes on, the
+// lesson's chats never become conversations, the user's selection and
+// heatmap mode come back, and so do the user's settings.
+func TestLessonsInTheWindow(t *testing.T) {
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range tests {
-		uithread.Locked(func() { a.teach.runPreset(Presets[tc.preset]) })
-		uithread.WaitFor(t, Presets[tc.preset].Name, func() bool { return strings.Contains(a.teach.lesson.Text, tc.want) })
-		if tc.preset == 0 {
-			uithread.Locked(func() {
-				if a.teach.chart.Hidden {
-					t.Error("the cache lesson's chart is hidden")
-				}
-			})
+	var before engine.Config
+	var convs int
+	uithread.Locked(func() {
+		before = a.Engine().Config()
+		convs = len(a.chat.Conversations().List)
+		a.insp.SetMode(inspector.ByLocation)
+	})
+	for _, l := range []*lesson.Lesson{lesson.CacheBuys, lesson.SharedPrompt, lesson.Parallel} {
+		figs := playLesson(t, a, l)
+		uithread.Locked(func() {
+			if n := strings.Count(figs, "✓"); n != len(l.Steps) || strings.Contains(figs, "✗") {
+				t.Errorf("%s: the bar shows %q", l.Name, figs)
+			}
+			if !strings.Contains(a.teach.lessons.title.Text, "done") {
+				t.Errorf("%s: title %q at the end", l.Name, a.teach.lessons.title.Text)
+			}
+			if l == lesson.CacheBuys && !a.teach.lessons.chart.Visible() {
+				t.Error("the cache lesson's chart is hidden")
+			}
+			if got := a.Engine().Config(); !reflect.DeepEqual(got, before) {
+				t.Errorf("after %s the settings are %+v, not %+v", l.Name, got, before)
+			}
+			if n := len(a.chat.Conversations().List); n != convs {
+				t.Errorf("after %s there are %d conversations, %d before: a lesson's chats became conversations", l.Name, n, convs)
+			}
+			if m := a.insp.Heatmap.Mode(); m != inspector.ByLocation {
+				t.Errorf("after %s the heatmap shows %s, not the user's %s", l.Name, m, inspector.ByLocation)
+			}
+		})
+	}
+	uithread.Locked(func() {
+		test.Tap(a.teach.lessons.stopBtn) // "Close"
+		if a.teach.lessons.bar.Visible() {
+			t.Error("Close leaves the lesson's bar")
+		}
+	})
+}
+
+// TestLessonModesExist: every lesson names a heatmap mode the inspector
+// has.
+func TestLessonModesExist(t *testing.T) {
+	for _, l := range lesson.All {
+		if _, err := inspector.ParseMode(l.Mode); err != nil {
+			t.Errorf("%s: %v", l.Name, err)
 		}
 	}
 }
@@ -289,24 +356,44 @@ func TestEngineConfigFromSettings(t *testing.T) {
 	}
 }
 
-// TestSharedPromptAndSmallBudgetPresets runs the "shared system prompt"
-// and "budget too small" lessons on stories260K and checks that what they
-// teach happens: prefix-cache hits on the shared prompt, and preemption
-// under a budget too small for the load.
-func TestSharedPromptAndSmallBudgetPresets(t *testing.T) {
+// TestLessonStopsTheUsersReplies: a lesson starts clean: the user's
+// replies under way stop (their text stays), and a selected sequence no
+// longer dims the heatmap.
+func TestLessonStopsTheUsersReplies(t *testing.T) {
 	a, _ := newApp(t, t.TempDir())
 	if err := a.OpenModel(stories(t)); err != nil {
 		t.Fatal(err)
 	}
-	hits := regexp.MustCompile(`prefix cache: ([1-9][0-9]*) of [0-9]+ prompt tokens hit`)
-	uithread.Locked(func() { a.teach.runPreset(Presets[1]) })
-	uithread.WaitFor(t, Presets[1].Name, func() bool { return hits.MatchString(a.teach.lesson.Text) })
-	uithread.Locked(a.teach.stopAll)
-
-	preempted := regexp.MustCompile(`Preemptions: ([1-9][0-9]*)`)
-	uithread.Locked(func() { a.teach.runPreset(Presets[3]) })
-	uithread.WaitFor(t, Presets[3].Name, func() bool { return preempted.MatchString(a.teach.lesson.Text) })
-	uithread.Locked(a.teach.stopAll)
+	id := int64(0)
+	uithread.Locked(func() {
+		id = a.chat.Selected()
+		a.chat.Update(id, func(c *store.Conversation) { c.Sampling.MaxTokens = 1500 })
+		if err := a.chat.SendText(id, "Once upon a time"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	uithread.WaitFor(t, "the reply", func() bool {
+		m := a.chat.Conversations().List[0].Messages
+		return len(m) == 2 && m[1].Tokens > 5
+	})
+	uithread.Locked(func() {
+		a.insp.Select(1, true)
+		a.teach.lessons.start(lesson.Parallel)
+		if _, ok := a.insp.Heatmap.Selected(); ok {
+			t.Error("the user's selection stays while a lesson runs")
+		}
+		if !strings.Contains(a.teach.lessons.explain.Text, "1 reply stopped") {
+			t.Errorf("the bar says %q", a.teach.lessons.explain.Text)
+		}
+	})
+	uithread.WaitFor(t, "the user's reply to stop", func() bool { return !a.chat.Running(id) })
+	uithread.Locked(func() {
+		if m := a.chat.Conversations().List[0].Messages[1]; m.Text == "" {
+			t.Error("the stopped reply lost its text")
+		}
+		a.teach.lessons.stop()
+	})
+	uithread.WaitFor(t, "the lesson to stop", func() bool { return a.teach.lessons.run.ended })
 }
 
 // TestOpeningABrokenModelSaysWhy: a malformed file is refused with the

@@ -225,6 +225,12 @@ func (c *controls) apply(change func(cfg *engine.Config)) {
 		c.a.saveSettings()
 		return
 	}
+	if c.a.teach != nil && c.a.teach.lessons.running() {
+		c.result.Importance = widget.WarningImportance
+		c.result.SetText("A lesson is running on its own settings; yours come back when it ends. Stop it to change them.")
+		c.show(e.Config(), e.Snapshot())
+		return
+	}
 	if c.flight != nil {
 		c.queued = append(c.queued, change)
 		c.result.SetText(fmt.Sprintf("Applying… (%d more %s after the one under way)", len(c.queued), plural(len(c.queued), "change", "changes")))
@@ -258,11 +264,8 @@ func (c *controls) send(e *engine.Engine, changes []func(cfg *engine.Config)) {
 
 // applied shows the outcome of a Reconfigure (UI goroutine). A refused
 // change drops the changes queued after it, which were built on it. An
-// applied one is saved: while a lesson's settings are in force only the
-// changes themselves are, on top of the saved settings (the rest of the
-// engine's config is the lesson's, not the user's), and the settings from
-// before the lesson, which Restore puts back, take them too; otherwise the
-// engine's whole config is the user's and is saved.
+// applied one is saved (no change is sent while a lesson runs, so the
+// engine's settings are the user's).
 func (c *controls) applied(f *flight, err error) {
 	e := f.e
 	mine := c.flight == f // else forget dropped it: a model switch
@@ -278,17 +281,12 @@ func (c *controls) applied(f *flight, err error) {
 	} else {
 		c.result.Importance = widget.SuccessImportance
 		c.result.SetText("Applied: " + describeConfig(e.Config()))
-		current := c.a.Engine() == e
-		lesson := c.a.teach != nil && c.a.teach.saved != nil
-		if current && !lesson {
+		if c.a.Engine() == e {
 			c.a.settings.Cache = cacheSettings(e.Config())
 		} else {
 			cfg := c.a.cacheConfig()
 			for _, ch := range f.changes {
 				ch(&cfg)
-				if current {
-					ch(c.a.teach.saved)
-				}
 			}
 			c.a.settings.Cache = cacheSettings(cfg)
 		}

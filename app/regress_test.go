@@ -2,11 +2,15 @@ package app
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"fyne.io/fyne/v2/test"
+
+	"kvscope/app/lesson"
 	"kvscope/app/store"
 	"kvscope/app/uithread"
 	"kvscope/engine"
@@ -16,37 +20,46 @@ import (
 // Regression tests for bugs a review found, each named for the behaviour
 // it pins down.
 
-// A lesson's temporary settings (the precision lesson leaves K/V at int4)
-// must not become the saved settings when the user touches a control, and
-// "Restore my cache settings" must bring back the settings from before the
-// lesson, with the user's own change made meanwhile.
-func TestLessonSettingsStayOutOfSavedSettingsAndRestoreUndoesThem(t *testing.T) {
+// A lesson's settings (the precision lesson runs at int4) must never
+// become the saved settings: a control changed while a lesson runs is
+// refused, saying why, and when the lesson ends the engine runs on the
+// user's settings again, with nothing to restore by hand.
+func TestLessonSettingsStayOutOfSavedSettings(t *testing.T) {
 	a, _ := newApp(t, t.TempDir())
 	if err := a.OpenModel(stories(t)); err != nil {
 		t.Fatal(err)
 	}
 	var before engine.Config
 	uithread.Locked(func() { before = a.Engine().Config() })
-	if before.Cache.K == kvstore.Int4 || before.Cache.BlockSize == 32 {
-		t.Fatalf("the default config already has K %s, block size %d: the test cannot tell the lesson's settings apart", before.Cache.K, before.Cache.BlockSize)
+	if before.Cache.K == kvstore.Int4 || before.Cache.Budget == 1<<20 {
+		t.Fatal("the default config already has K int4 or the lesson's budget: the test cannot tell the lesson's settings apart")
 	}
-	uithread.Locked(func() { a.teach.runPreset(Presets[5]) })
-	uithread.WaitFor(t, "the precision lesson", func() bool { return strings.Contains(a.teach.lesson.Text, "as many") })
-	uithread.Locked(func() { a.controls.block.OnChangeEnded(5) }) // the user moves block size 16 → 32
-	uithread.WaitFor(t, "the change", func() bool { return strings.HasPrefix(a.controls.Result(), "Applied") })
-	uithread.Locked(func() {
-		saved := a.settings.Cache
-		if saved == nil || saved.K != before.Cache.K.String() || saved.V != before.Cache.V.String() || saved.BlockSize != 32 {
-			t.Errorf("saved settings after a change during the lesson: %+v; want K/V %s/%s from before it and block size 32", saved, before.Cache.K, before.Cache.V)
-		}
-		a.teach.restore()
+	uithread.Locked(func() { a.teach.lessons.start(lesson.Precision) })
+	uithread.WaitFor(t, "the lesson's first step", func() bool {
+		// It holds after its first step until Next, on its own budget.
+		return a.teach.lessons.running() && !a.teach.lessons.next.Disabled() && a.Engine().Config().Cache.Budget == 1<<20
 	})
-	uithread.WaitFor(t, "restore", func() bool { return strings.HasPrefix(a.teach.lesson.Text, "Your cache settings are back") })
 	uithread.Locked(func() {
-		got := a.Engine().Config().Cache
-		if got.K != before.Cache.K || got.V != before.Cache.V || got.Budget != before.Cache.Budget || got.BlockSize != 32 {
-			t.Errorf("after Restore: K %s / V %s, budget %d, block size %d; want K %s / V %s, budget %d from before the lesson and block size 32 from the user",
-				got.K, got.V, got.Budget, got.BlockSize, before.Cache.K, before.Cache.V, before.Cache.Budget)
+		a.controls.block.OnChangeEnded(5) // the user moves block size 16 → 32
+		if !strings.Contains(a.controls.Result(), "lesson is running") {
+			t.Errorf("a change during a lesson says %q", a.controls.Result())
+		}
+		if saved := a.settings.Cache; saved != nil && (saved.K == "int4" || saved.BlockSize == 32) {
+			t.Errorf("saved settings during the lesson: %+v", saved)
+		}
+	})
+	uithread.WaitFor(t, "the lesson's end", func() bool {
+		if v := a.teach.lessons; !v.next.Disabled() {
+			test.Tap(v.next)
+		}
+		return a.teach.lessons.run.ended
+	})
+	uithread.Locked(func() {
+		if got := a.Engine().Config(); !reflect.DeepEqual(got, before) {
+			t.Errorf("after the lesson the engine runs on %+v, not the user's %+v", got, before)
+		}
+		if saved := a.settings.Cache; saved != nil && (saved.K == "int4" || saved.BlockSize == 32) {
+			t.Errorf("saved settings after the lesson: %+v", saved)
 		}
 	})
 }
@@ -89,13 +102,13 @@ func TestSecondLoadStopsTheFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	uithread.Locked(func() {
-		if err := a.teach.startLoad(2, 16, 64); err != nil { // the user's load
+		if err := a.teach.load.start(lesson.Load{Users: 2, Prompt: 16, Reply: 64}); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.teach.startLoad(2, 16, 64); err != nil { // a lesson's
+		if err := a.teach.load.start(lesson.Load{Users: 2, Prompt: 16, Reply: 64}); err != nil {
 			t.Fatal(err)
 		}
-		a.teach.stopLoad() // "Stop load" / "Stop the lesson"
+		a.teach.load.stop() // "Stop load"
 	})
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -110,40 +123,41 @@ func TestSecondLoadStopsTheFirst(t *testing.T) {
 	}
 }
 
-// A lesson stopped while it reconfigures the engine must not start its
-// load afterwards: nothing would ever stop it.
+// A lesson stopped at once, while it sets up, must end, start no load,
+// leave no request behind and put the settings back.
 func TestStoppedLessonStartsNoLoad(t *testing.T) {
 	a, _ := newApp(t, t.TempDir())
 	if err := a.OpenModel(stories(t)); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"Budget too small", "Paged vs contiguous"} {
-		var p Preset
-		for _, q := range Presets {
-			if q.Name == name {
-				p = q
-			}
-		}
-		if p.run == nil {
-			t.Fatalf("no preset %q", name)
-		}
+	var before engine.Config
+	uithread.Locked(func() { before = a.Engine().Config() })
+	for _, l := range []*lesson.Lesson{lesson.SmallBudget, lesson.PagedContiguous} {
 		var done chan struct{}
 		uithread.Locked(func() {
-			// The lesson's goroutine cannot reach its uithread.Do before
-			// this returns, so the stop always comes first.
-			a.teach.runPreset(p)
-			done = a.teach.lessonDone
-			a.teach.stopLesson()
+			a.teach.lessons.start(l)
+			done = a.teach.lessons.run.done
+			a.teach.lessons.stop()
 		})
 		select {
 		case <-done:
 		case <-time.After(20 * time.Second):
-			t.Fatalf("%s: the stopped lesson did not end", name)
+			t.Fatalf("%s: the stopped lesson did not end", l.Name)
 		}
+		uithread.WaitFor(t, l.Name+"'s end in the bar", func() bool { return a.teach.lessons.run.ended })
 		uithread.Locked(func() {
-			if a.teach.load != nil {
-				a.teach.stopLoad()
-				t.Errorf("%s: a load runs after the lesson was stopped", name)
+			if g := a.teach.load.g; g != nil {
+				select {
+				case <-g.Done():
+				default:
+					t.Errorf("%s: a load runs after the lesson was stopped", l.Name)
+				}
+			}
+			if s := a.Engine().Snapshot(); len(s.Requests) != 0 {
+				t.Errorf("%s: %d requests after the stop", l.Name, len(s.Requests))
+			}
+			if got := a.Engine().Config(); !reflect.DeepEqual(got, before) {
+				t.Errorf("%s: after the stop the settings are %+v", l.Name, got)
 			}
 		})
 	}
@@ -158,17 +172,15 @@ func TestSequenceNamesFollowLiveSequences(t *testing.T) {
 		t.Fatal(err)
 	}
 	uithread.Locked(func() {
-		if err := a.teach.startLoad(4, 8, 4); err != nil {
+		if err := a.teach.load.start(lesson.Load{Users: 4, Prompt: 8, Reply: 4}); err != nil {
 			t.Fatal(err)
 		}
 	})
 	time.Sleep(3 * time.Second)
 	var finished int
 	uithread.Locked(func() {
-		a.teach.load.mu.Lock()
-		finished = a.teach.load.finished
-		a.teach.load.mu.Unlock()
-		a.teach.stopLoad()
+		finished = a.teach.load.g.Stats().Finished
+		a.teach.load.stop()
 	})
 	if finished < 20 {
 		t.Fatalf("only %d requests finished in 3 s: too few to tell", finished)

@@ -44,7 +44,6 @@ func (a *App) screenshot(modelPath, out string) {
 				return
 			}
 		}
-		a.teach.runPreset(Presets[1]) // shared system prompt
 		errc <- nil
 	})
 	if err := <-errc; err != nil {
@@ -53,7 +52,7 @@ func (a *App) screenshot(modelPath, out string) {
 	time.Sleep(ScreenshotAfter)
 	uithread.Do(func() {
 		a.insp.SetMode(inspector.ByOwner)
-		a.tabs.SelectIndex(0)
+		a.tabs.Select(a.tabInspector)
 	})
 	time.Sleep(500 * time.Millisecond)
 	done := make(chan error, 1)

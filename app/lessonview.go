@@ -1,0 +1,276 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"image/color"
+	"strings"
+	"time"
+
+	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/theme"
+	"fyne.io/fyne/v2/widget"
+
+	"kvscope/app/inspector"
+	"kvscope/app/lesson"
+	"kvscope/app/uithread"
+	"kvscope/engine"
+)
+
+// Paces are the lesson pace choices: how long the runner holds after a
+// step (0: until Next).
+var Paces = []struct {
+	Name string
+	D    time.Duration
+}{{"Wait for Next", 0}, {"Next after 3 s", 3 * time.Second}, {"Next after 6 s", 6 * time.Second}, {"Next after 10 s", 10 * time.Second}}
+
+// lessonView plays the lessons of package lesson: the Teaching tab lists
+// them, and while one runs its bar, above the heatmap on the Inspector
+// tab, shows the step's explanation, each promised figure as checked, and
+// Next, the pace and Stop.
+type lessonView struct {
+	a *App
+
+	card fyne.CanvasObject // the Teaching tab's list of lessons
+
+	bar     *fyne.Container // above the heatmap while a lesson is shown
+	title   *widget.Label
+	explain *widget.Label
+	figures *widget.Label
+	chart   *chart
+	next    *widget.Button
+	stopBtn *widget.Button
+	pace    *widget.Select
+
+	run      *lessonRun // the lesson shown (nil when none is)
+	userMode inspector.Mode
+}
+
+// lessonRun is one lesson under way (or ended, still shown).
+type lessonRun struct {
+	l      *lesson.Lesson
+	e      *engine.Engine
+	runner *lesson.Runner
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the runner has put everything back
+	ended  bool
+	lines  []string // the figures so far
+}
+
+func newLessonView(a *App) *lessonView {
+	v := &lessonView{a: a}
+	var rows []fyne.CanvasObject
+	for _, l := range lesson.All {
+		b := widget.NewButton(l.Name, func() { v.start(l) })
+		about := widget.NewLabel(l.Purpose)
+		about.Wrapping = fyne.TextWrapWord
+		rows = append(rows, container.NewBorder(nil, nil, container.NewGridWrap(fyne.NewSize(190, b.MinSize().Height), b), nil, about))
+	}
+	v.card = widget.NewCard("Lessons", "Each lesson runs on its own settings and an empty cache, step by step beside the heatmap, checks what it promises, and puts your settings back when it ends.",
+		container.NewVBox(rows...))
+
+	v.title = widget.NewLabelWithStyle("", fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
+	v.title.Wrapping = fyne.TextWrapWord
+	v.explain = widget.NewLabel("")
+	v.explain.Wrapping = fyne.TextWrapWord
+	v.figures = widget.NewLabel("")
+	v.figures.Wrapping = fyne.TextWrapWord
+	v.chart = newChart("time per token (ms) against position", "ms")
+	v.chart.Hide()
+	v.next = widget.NewButtonWithIcon("Next", theme.MediaSkipNextIcon(), func() {
+		if v.run != nil && !v.run.ended {
+			v.run.runner.Next()
+			v.next.Disable()
+		}
+	})
+	v.next.Importance = widget.HighImportance
+	v.next.Disable()
+	var paces []string
+	for _, p := range Paces {
+		paces = append(paces, p.Name)
+	}
+	v.pace = widget.NewSelect(paces, func(string) {
+		if v.run != nil {
+			v.run.runner.SetPace(v.paceValue())
+		}
+	})
+	v.pace.SetSelected(Paces[0].Name)
+	v.stopBtn = widget.NewButtonWithIcon("Stop the lesson", theme.MediaStopIcon(), func() {
+		if v.run != nil && v.run.ended {
+			v.hide()
+			return
+		}
+		v.stop()
+	})
+	v.bar = container.NewVBox(v.title, v.explain, v.figures, v.chart,
+		container.NewHBox(v.next, v.pace, v.stopBtn), widget.NewSeparator())
+	v.bar.Hide()
+	return v
+}
+
+// paceValue is the pace chosen.
+func (v *lessonView) paceValue() time.Duration {
+	for _, p := range Paces {
+		if p.Name == v.pace.Selected {
+			return p.D
+		}
+	}
+	return 0
+}
+
+// running reports whether a lesson is under way (its settings in force).
+func (v *lessonView) running() bool { return v.run != nil && !v.run.ended }
+
+// start plays l on the engine in use (UI goroutine). It first stops what
+// would change the lesson's figures: a lesson under way (the new one
+// starts once that one has put everything back), the load generator and
+// the user's replies under way (their text so far stays).
+func (v *lessonView) start(l *lesson.Lesson) {
+	a := v.a
+	e := a.Engine()
+	if e == nil {
+		a.setStatus(errNoModel.Error())
+		return
+	}
+	var prev chan struct{}
+	if v.run != nil {
+		prev = v.run.done
+		v.stop()
+	}
+	a.teach.load.stop()
+	stopped := 0
+	for _, c := range a.chat.Conversations().List {
+		if a.chat.Running(c.ID) {
+			a.chat.Stop(c.ID)
+			stopped++
+		}
+	}
+	if prev == nil {
+		v.userMode = a.insp.Heatmap.Mode()
+	}
+	a.insp.Select(0, false) // none of the user's selection
+	if m, err := inspector.ParseMode(l.Mode); err == nil {
+		a.insp.SetMode(m)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &lessonRun{l: l, e: e, runner: lesson.NewRunner(e), cancel: cancel, done: make(chan struct{})}
+	r.runner.SetPace(v.paceValue())
+	r.runner.OnProgress = func(p lesson.Progress) { uithread.Do(func() { v.progress(r, p) }) }
+	r.runner.OnLoad = func(g *lesson.LoadGen) {
+		uithread.Do(func() {
+			if v.run == r && !r.ended {
+				a.teach.load.show(g, true)
+			}
+		})
+	}
+	v.run = r
+	v.title.SetText("Lesson: " + l.Name)
+	intro := l.Purpose
+	if stopped > 0 {
+		intro += fmt.Sprintf(" (%d %s stopped for the lesson; the text so far is kept.)", stopped, plural(stopped, "reply", "replies"))
+	}
+	v.explain.SetText(intro)
+	v.figures.SetText("")
+	v.chart.Hide()
+	v.next.Disable()
+	v.stopBtn.SetText("Stop the lesson")
+	v.bar.Show()
+	a.tabs.Select(a.tabInspector)
+	go func() {
+		defer close(r.done)
+		if prev != nil {
+			<-prev // the last lesson puts its settings back first
+		}
+		r.runner.Run(ctx, l) // the outcome comes through OnProgress
+	}()
+}
+
+// progress shows what the runner reports (UI goroutine).
+func (v *lessonView) progress(r *lessonRun, p lesson.Progress) {
+	if v.run != r {
+		return // a lesson no longer shown
+	}
+	n := len(r.l.Steps)
+	if len(p.Chart) > 0 {
+		var ss []Series
+		for i, s := range p.Chart {
+			ss = append(ss, Series{Name: s.Name, Color: lessonColors[i%len(lessonColors)], Y: s.Y})
+		}
+		v.chart.set(ss)
+		v.chart.Show()
+	}
+	switch {
+	case p.Done:
+		r.ended = true
+		held := 0
+		for _, line := range r.lines {
+			if strings.HasPrefix(line, "✓") {
+				held++
+			}
+		}
+		end := fmt.Sprintf("Lesson: %s, done: %d of %d %s held. Your settings are back.", r.l.Name, held, len(r.lines), plural(len(r.lines), "promise", "promises"))
+		if p.Err != nil {
+			end = fmt.Sprintf("Lesson: %s stopped (%v). Your settings are back.", r.l.Name, p.Err)
+			if p.Err == context.Canceled {
+				end = fmt.Sprintf("Lesson: %s stopped. Your settings are back.", r.l.Name)
+			}
+		}
+		v.title.SetText(end)
+		v.next.Disable()
+		v.stopBtn.SetText("Close")
+		v.a.insp.SetMode(v.userMode)
+		if e := v.a.Engine(); e == r.e {
+			v.a.controls.show(e.Config(), e.Snapshot())
+		}
+	case p.Figure == nil:
+		v.title.SetText(fmt.Sprintf("Lesson: %s — step %d of %d", r.l.Name, p.Index+1, n))
+		v.explain.SetText(p.Step.Explain)
+		v.next.Disable()
+		if e := v.a.Engine(); e == r.e {
+			v.a.controls.show(e.Config(), e.Snapshot()) // the lesson's settings
+		}
+	default:
+		r.lines = append(r.lines, fmt.Sprintf("%s  (step %d: %s)", p.Figure, p.Index+1, p.Figure.Promise))
+		v.figures.SetText(strings.Join(r.lines, "\n"))
+		if p.Waiting {
+			v.next.Enable()
+		}
+	}
+}
+
+// lessonColors colour a lesson chart's lines.
+var lessonColors = []color.RGBA{{0x4e, 0x9b, 0xf7, 0xff}, {0xe1, 0x47, 0x59, 0xff}, {0x5c, 0xc9, 0x8a, 0xff}}
+
+// stop stops the lesson under way (UI goroutine); the runner puts the
+// settings back on its goroutine and the bar says when it has.
+func (v *lessonView) stop() {
+	if v.run == nil {
+		return
+	}
+	if !v.run.ended {
+		v.run.cancel()
+		v.title.SetText("Lesson: " + v.run.l.Name + ": stopping, putting your settings back…")
+		v.next.Disable()
+	}
+}
+
+// hide takes an ended lesson's bar away.
+func (v *lessonView) hide() {
+	if v.run != nil && !v.run.ended {
+		return
+	}
+	v.run = nil
+	v.bar.Hide()
+}
+
+// forget drops the lesson shown without waiting for it (a model switch:
+// its engine closes).
+func (v *lessonView) forget() {
+	v.stop()
+	if v.run != nil && !v.run.ended {
+		v.a.insp.SetMode(v.userMode)
+	}
+	v.run = nil
+	v.bar.Hide()
+}
