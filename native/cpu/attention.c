@@ -3,6 +3,39 @@
 #include "kv.h"
 #include "simd.h"
 
+#if defined(__AVX512F__)
+/* vsum_regs adds up, for hn <= H query heads of KV head g, out_h = sum over
+ * positions p0..np-1, in order, of (w_h[p-p0]*inv_h) * v_p, each product
+ * rounded and then added (the generic loop's operations), with the H*C
+ * 16-lane sums (C = head_dim/16) in registers: C and H are constants at
+ * each call, so the arrays below are registers. */
+static inline __attribute__((always_inline)) void vsum_regs(const int C, const int H, const struct kvs_kv_plane *v,
+                                                            int32_t layer, int g, const int32_t *tab, int p0, int np,
+                                                            const float *w, int m, const float *inv, int hn,
+                                                            const float *fp8tab, float *vb, float *out) {
+	int D = 16 * C, B = v->block_size;
+	__m512 acc[H][C];
+	for (int h = 0; h < H; h++)
+		for (int c = 0; c < C; c++) acc[h][c] = _mm512_setzero_ps();
+	for (int p = p0; p < np; p++) {
+		int j = p / B, t = p % B;
+		int64_t lb = (int64_t)layer * v->blocks + tab[j];
+		const float *vr = vb;
+		if (v->prec == KVS_KV_F32)
+			vr = (const float *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
+		else
+			kvs_decode_row(v, lb, g, t, NULL, fp8tab, vb);
+		for (int h = 0; h < H; h++) {
+			if (h >= hn) break;
+			__m512 pr = _mm512_set1_ps(w[(int64_t)h * m + p - p0] * inv[h]);
+			for (int c = 0; c < C; c++) acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(pr, _mm512_loadu_ps(vr + 16 * c)));
+		}
+	}
+	for (int h = 0; h < H && h < hn; h++)
+		for (int c = 0; c < C; c++) _mm512_storeu_ps(out + h * D + 16 * c, acc[h][c]);
+}
+#endif
+
 static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
                      int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
                      const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out) {
@@ -26,19 +59,53 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 				else
 					kvs_decode_row(k, lb, g, t, k->key ? k_resid[(table_off[r] + j) * k->groups + t / k->group] : NULL,
 					               fp8tab, kb);
-				for (int hh = 0; hh < group; hh++)
-					scratch[(int64_t)hh * m + p - p0] = dot_any(kr, 0, qg + hh * D, D) * scale;
+				int hh = 0;
+				for (; hh + 4 <= group; hh += 4) {
+					const float *qs[4] = {qg + hh * D, qg + (hh + 1) * D, qg + (hh + 2) * D, qg + (hh + 3) * D};
+					float d4[4];
+					dot_any4(kr, 0, qs, D, d4);
+					for (int v = 0; v < 4; v++) scratch[(int64_t)(hh + v) * m + p - p0] = d4[v] * scale;
+				}
+				for (; hh < group; hh++) scratch[(int64_t)hh * m + p - p0] = dot_any(kr, 0, qg + hh * D, D) * scale;
 			}
+			/* Softmax per query head: the max in sixteen lanes (the
+			 * same value as in order), exp, then the heads' sums in
+			 * double side by side, each in position order. */
 			float inv[KVS_MAX_GROUP];
+			double sum[KVS_MAX_GROUP];
 			for (int hh = 0; hh < group; hh++) {
-				float *sc = scratch + (int64_t)hh * m, mx = -INFINITY;
-				for (int i = 0; i < m; i++) mx = fmaxf(mx, sc[i]);
-				for (int i = 0; i < m; i++) sc[i] = kvs_expf(sc[i] - mx);
-				double sum = 0;
-				for (int i = 0; i < m; i++) sum += (double)sc[i];
-				inv[hh] = (float)(1 / sum);
+				float *sc = scratch + (int64_t)hh * m, lane[16];
+				for (int l = 0; l < 16; l++) lane[l] = -INFINITY;
+				int i = 0;
+				for (; i + 16 <= m; i += 16)
+					for (int l = 0; l < 16; l++) lane[l] = sc[i + l] > lane[l] ? sc[i + l] : lane[l];
+				for (; i < m; i++) lane[0] = sc[i] > lane[0] ? sc[i] : lane[0];
+				float mx = lane[0];
+				for (int l = 1; l < 16; l++) mx = lane[l] > mx ? lane[l] : mx;
+				for (i = 0; i < m; i++) sc[i] = kvs_expf(sc[i] - mx);
+				sum[hh] = 0;
+			}
+			for (int i = 0; i < m; i++)
+				for (int hh = 0; hh < group; hh++) sum[hh] += (double)scratch[(int64_t)hh * m + i];
+			for (int hh = 0; hh < group; hh++) {
+				inv[hh] = (float)(1 / sum[hh]);
 				for (int d = 0; d < D; d++) og[hh * D + d] = 0;
 			}
+#if defined(__AVX512F__)
+			if (D == 64 || D == 128 || D == 256) {
+				for (int h0 = 0; h0 < group; h0 += 1024 / D) {
+					int hn = group - h0 < 1024 / D ? group - h0 : 1024 / D;
+					const float *pw = scratch + (int64_t)h0 * m;
+					float *oh = og + (int64_t)h0 * D;
+					switch (D) {
+					case 64: vsum_regs(4, 4, v, layer, g, tab, p0, np, pw, m, inv + h0, hn, fp8tab, vb, oh); break;
+					case 128: vsum_regs(8, 2, v, layer, g, tab, p0, np, pw, m, inv + h0, hn, fp8tab, vb, oh); break;
+					default: vsum_regs(16, 1, v, layer, g, tab, p0, np, pw, m, inv + h0, hn, fp8tab, vb, oh); break;
+					}
+				}
+				continue;
+			}
+#endif
 			for (int p = p0; p < np; p++) {
 				int j = p / B, t = p % B;
 				int64_t lb = (int64_t)layer * v->blocks + tab[j];
