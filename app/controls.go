@@ -15,6 +15,7 @@ import (
 	"kvscope/engine/backend/native"
 	"kvscope/engine/kvcache"
 	"kvscope/engine/kvstore"
+	"kvscope/engine/model"
 )
 
 // BlockSizes are the block-size slider's stops, in tokens.
@@ -44,6 +45,8 @@ type controls struct {
 	backend   *widget.Select // the compute backend: choosing one reloads the model
 	result    *widget.Label
 	pool      *widget.Label
+	capacity  *capacityView
+	inForce   engine.Config // the settings the last snapshot showed in force
 	root      fyne.CanvasObject
 
 	loading bool // show is setting the widgets: do not reconfigure
@@ -58,13 +61,19 @@ func newControls(a *App) *controls {
 	c := &controls{a: a}
 	c.block = widget.NewSlider(0, float64(len(BlockSizes)-1))
 	c.blockLab = widget.NewLabel("")
-	c.block.OnChanged = func(f float64) { c.blockLab.SetText(fmt.Sprintf("%d tokens", BlockSizes[int(f)])) }
+	c.block.OnChanged = func(f float64) {
+		c.blockLab.SetText(fmt.Sprintf("%d tokens", BlockSizes[int(f)]))
+		c.preview()
+	}
 	c.block.OnChangeEnded = func(f float64) {
 		c.apply(func(cfg *engine.Config) { cfg.Cache.BlockSize = BlockSizes[int(f)] })
 	}
 	c.budget = widget.NewSlider(0, float64(len(Budgets)-1))
 	c.budgetLab = widget.NewLabel("")
-	c.budget.OnChanged = func(f float64) { c.budgetLab.SetText(budgetText(Budgets[int(f)])) }
+	c.budget.OnChanged = func(f float64) {
+		c.budgetLab.SetText(budgetText(Budgets[int(f)]))
+		c.preview()
+	}
 	c.budget.OnChangeEnded = func(f float64) {
 		c.apply(func(cfg *engine.Config) { cfg.Cache.Budget = Budgets[int(f)] })
 	}
@@ -137,7 +146,8 @@ func newControls(a *App) *controls {
 		widget.NewFormItem("Max sequences", row(c.seqs, c.seqsLab)),
 		widget.NewFormItem("Compute backend", c.backend),
 	)
-	c.root = container.NewVScroll(container.NewVBox(form, c.pool, c.result))
+	c.capacity = newCapacityView()
+	c.root = container.NewVScroll(container.NewVBox(form, c.pool, c.result, c.capacity.root))
 	c.show(engine.DefaultConfig(), nil)
 	return c
 }
@@ -190,14 +200,45 @@ func (c *controls) show(cfg engine.Config, s *engine.Snapshot) {
 	c.allocator.SetSelected(cfg.Cache.Allocator.String())
 	c.seqs.SetValue(float64(cfg.Sched.MaxSeqs))
 	c.seqsLab.SetText(fmt.Sprint(cfg.Sched.MaxSeqs))
+	c.capacity.show(c.model(), cfg, c.capacity.running)
 	c.showPool(s)
 }
 
-// showPool says what the pool holds under the settings in force.
+// preview redraws the capacity view for the block size and budget the
+// sliders show while they move (before they are applied).
+func (c *controls) preview() {
+	if c.loading {
+		return
+	}
+	cfg := c.capacity.cfg
+	cfg.Cache.BlockSize = BlockSizes[int(c.block.Value)]
+	cfg.Cache.Budget = Budgets[int(c.budget.Value)]
+	c.capacity.show(c.model(), cfg, c.capacity.running)
+}
+
+// model is the loaded model, or nil.
+func (c *controls) model() *model.Model {
+	if e := c.a.Engine(); e != nil {
+		return e.Model()
+	}
+	return nil
+}
+
+// showPool says what the pool holds under the settings in force, and how
+// many sequences run on it.
 func (c *controls) showPool(s *engine.Snapshot) {
 	if s == nil || s.Cache == nil {
 		c.pool.SetText("")
+		c.capacity.show(c.model(), c.capacity.cfg, 0)
 		return
+	}
+	if m := c.model(); c.capacity.running != s.Running || c.inForce != s.Config || c.capacity.m != m {
+		cfg := c.capacity.cfg // a slider's preview stays while the count changes
+		if c.inForce != s.Config || c.capacity.m != m {
+			cfg = s.Config
+		}
+		c.inForce = s.Config
+		c.capacity.show(m, cfg, s.Running)
 	}
 	m := s.Cache.Metrics
 	c.pool.SetText(fmt.Sprintf("Pool: %d blocks of %d tokens = %s tokens in %s (%s a token at K %s / V %s); context limit %d tokens a sequence.",

@@ -55,7 +55,8 @@ type lessonRun struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed once the runner has put everything back
 	ended  bool
-	lines  []string // the figures so far
+	lines  []string      // the figures so far
+	res    lesson.Result // what the runner measured: set before done is closed
 }
 
 func newLessonView(a *App) *lessonView {
@@ -182,7 +183,7 @@ func (v *lessonView) start(l *lesson.Lesson) {
 		if prev != nil {
 			<-prev // the last lesson puts its settings back first
 		}
-		r.runner.Run(ctx, l) // the outcome comes through OnProgress
+		r.res, _ = r.runner.Run(ctx, l) // the outcome shows through OnProgress
 	}()
 }
 

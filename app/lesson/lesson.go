@@ -90,12 +90,13 @@ type Env struct {
 	E   *engine.Engine
 	Ctx context.Context // ends when the lesson is stopped
 
-	runner *Runner
-	reqs   []*Req
-	loads  []*LoadGen
-	vals   map[string]any
-	chart  []Series
-	stops  []func() // subscriptions to end with the lesson
+	runner   *Runner
+	reqs     []*Req
+	loads    []*LoadGen
+	vals     map[string]any
+	measured map[string]int
+	chart    []Series
+	stops    []func() // subscriptions to end with the lesson
 }
 
 // Model is the engine's model.
@@ -109,6 +110,9 @@ func (v *Env) Int(key string) int { n, _ := v.vals[key].(int); return n }
 
 // Get returns a value Set recorded.
 func (v *Env) Get(key string) any { return v.vals[key] }
+
+// Measure records a figure the lesson measured, for Result.Measured.
+func (v *Env) Measure(name string, n int) { v.measured[name] = n }
 
 // Chart sets the lesson's chart.
 func (v *Env) Chart(s ...Series) { v.chart = s }

@@ -415,11 +415,18 @@ func concurrency(v *Env, s *engine.Snapshot, key string, users int) (string, boo
 		return err.Error(), false
 	}
 	got := v.Get(key).(*peak).get()
+	v.Measure("sequences at once, "+key, got)
 	want := min(fit.Seqs, users)
 	d := got - want
 	return fmt.Sprintf("at most %s of %d tokens (%s each) held at once; %s predicted for %s of K %s / V %s",
 		plural(got, "sequence"), smallLen, plural(fit.PerSeq, "block"), plural(fit.Seqs, "sequence"), plural(fit.Blocks, "block"), s.Config.Cache.K, s.Config.Cache.V), d >= -1 && d <= 1
 }
+
+// SmallBudgetLength is the length of the small-budget lesson's
+// sequences, prompt and reply, in tokens: the length its measured
+// concurrency ("sequences at once, f16" and "… int4" in Result.Measured)
+// is for.
+const SmallBudgetLength = smallLen
 
 // SmallBudget shows preemption: a pool too small for its users.
 var SmallBudget = &Lesson{

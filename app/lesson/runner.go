@@ -76,6 +76,9 @@ func (r *Runner) Next() {
 type Result struct {
 	Figures []Figure
 	Chart   []Series
+	// Measured holds figures the lesson measured, by name (such as the
+	// small-budget lesson's "sequences at once, f16").
+	Measured map[string]int
 }
 
 // Held reports whether every figure held.
@@ -96,13 +99,13 @@ func (r *Runner) Run(ctx context.Context, l *Lesson) (res Result, err error) {
 	saved := e.Config()
 	wasPaused := e.Snapshot().Paused
 	lctx, cancel := context.WithCancel(ctx)
-	v := &Env{E: e, Ctx: lctx, runner: r, vals: map[string]any{}}
+	v := &Env{E: e, Ctx: lctx, runner: r, vals: map[string]any{}, measured: map[string]int{}}
 	defer func() {
 		cancel()
 		if rerr := r.restore(v, saved, wasPaused); rerr != nil && err == nil {
 			err = rerr
 		}
-		res.Chart = v.chart
+		res.Chart, res.Measured = v.chart, v.measured
 		r.report(Progress{Lesson: l, Index: len(res.Figures), Chart: v.chart, Done: true, Err: err})
 	}()
 	select {
