@@ -356,7 +356,7 @@ func (e *Engine) admit(rs *reqState) {
 	e.reqs[rs.id] = rs
 	e.startSample(rs, 0, nil)
 	e.event(Event{Kind: "submit", Request: rs.id, Seq: rs.samples[0].q.ID, Tokens: len(rs.prompt),
-		Text: fmt.Sprintf("%s: %d prompt tokens, n = %d", rs.name(), len(rs.prompt), rs.req.N)})
+		Text: fmt.Sprintf("%s: %s, n = %d", rs.name(), Count(len(rs.prompt), "prompt token"), rs.req.N)})
 }
 
 // endPending ends the streams of requests the loop never took (it stopped
@@ -570,8 +570,8 @@ func (e *Engine) rebuild(old, c Config, why string) error {
 	}
 	e.sch.SetManager(e.mgr)
 	e.requeueOpts()
-	e.event(Event{Kind: "reconfigure", Text: fmt.Sprintf("pool rebuilt (%s): %d blocks of %d tokens, K %s / V %s, %s; %d running and %d swapped sequences will recompute, %d still wait",
-		why, e.mgr.NumBlocks(), c.Cache.BlockSize, c.Cache.K, c.Cache.V, c.Cache.Allocator, r, s, w)})
+	e.event(Event{Kind: "reconfigure", Text: fmt.Sprintf("pool rebuilt (%s): %s of %s, K %s / V %s, %s; %d running and %d swapped %s will recompute, %d still %s",
+		why, Count(e.mgr.NumBlocks(), "block"), Count(c.Cache.BlockSize, "token"), c.Cache.K, c.Cache.V, c.Cache.Allocator, r, s, Plural(r+s, "sequence"), w, map[bool]string{true: "waits", false: "wait"}[w == 1])})
 	return nil
 }
 

@@ -110,11 +110,11 @@ func ExampleEngine_Step() {
 		if err != nil {
 			break
 		}
-		fmt.Printf("step: %d prompt tokens, %d decode tokens\n", rep.Prefill, rep.Decode)
+		fmt.Printf("step: %s, %s\n", engine.Count(rep.Prefill, "prompt token"), engine.Count(rep.Decode, "decode token"))
 	}
 	s.Collect()
 	// Output:
 	// step: 6 prompt tokens, 0 decode tokens
-	// step: 0 prompt tokens, 1 decode tokens
-	// step: 0 prompt tokens, 1 decode tokens
+	// step: 0 prompt tokens, 1 decode token
+	// step: 0 prompt tokens, 1 decode token
 }

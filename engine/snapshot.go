@@ -154,7 +154,7 @@ func (e *Engine) describe(ce kvcache.Event) string {
 	case n > 1 && n <= 6:
 		blocks = fmt.Sprintf("blocks %v", ce.Blocks)
 	case n > 6:
-		blocks = fmt.Sprintf("%d blocks", n)
+		blocks = Count(n, "block")
 	}
 	switch ce.Kind {
 	case kvcache.EventAlloc:
@@ -162,7 +162,7 @@ func (e *Engine) describe(ce kvcache.Event) string {
 	case kvcache.EventFree:
 		return fmt.Sprintf("%s released by %s (%s)", blocks, who, ce.Reason)
 	case kvcache.EventCacheHit:
-		return fmt.Sprintf("%s reuses %d cached prompt tokens: %s", who, ce.Tokens, blocks)
+		return fmt.Sprintf("%s reuses %s: %s", who, Count(ce.Tokens, "cached prompt token"), blocks)
 	case kvcache.EventEvict:
 		return fmt.Sprintf("%s evicted (%s, %s) to make room for %s", blocks, e.cfg.Cache.Eviction, ce.Reason, who)
 	case kvcache.EventPreempt:
@@ -179,18 +179,18 @@ func (r StepReport) explain() string {
 		return "nothing ran"
 	}
 	var parts []string
-	parts = append(parts, fmt.Sprintf("ran %d sequences: %d decode tokens, %d prompt tokens", len(r.Seqs), r.Decode, r.Prefill))
+	parts = append(parts, fmt.Sprintf("ran %s: %s, %s", Count(len(r.Seqs), "sequence"), Count(r.Decode, "decode token"), Count(r.Prefill, "prompt token")))
 	if len(r.Admitted) > 0 {
 		parts = append(parts, fmt.Sprintf("admitted %v", r.Admitted))
 	}
 	if len(r.Hit) > 0 {
-		parts = append(parts, fmt.Sprintf("%d blocks reused from the prefix cache", len(r.Hit)))
+		parts = append(parts, Count(len(r.Hit), "block")+" reused from the prefix cache")
 	}
 	if len(r.Allocated) > 0 {
-		parts = append(parts, fmt.Sprintf("%d blocks allocated", len(r.Allocated)))
+		parts = append(parts, Count(len(r.Allocated), "block")+" allocated")
 	}
 	if len(r.Evicted) > 0 {
-		parts = append(parts, fmt.Sprintf("%d cached blocks evicted for room", len(r.Evicted)))
+		parts = append(parts, Count(len(r.Evicted), "cached block")+" evicted for room")
 	}
 	if len(r.Copied) > 0 {
 		parts = append(parts, "copy on write")
@@ -217,7 +217,11 @@ func (e *Engine) publish() {
 			if sm.done {
 				continue
 			}
-			si := SampleInfo{Seq: sm.q.ID, Tokens: len(sm.q.Tokens), Generated: sm.generated, Preemptions: sm.q.Preemptions, State: sm.q.State.String()}
+			held := len(sm.q.Tokens)
+			if lim := sm.q.Opts.MaxLen; lim > 0 {
+				held = min(held, lim) // the last token sampled at the limit never enters the cache
+			}
+			si := SampleInfo{Seq: sm.q.ID, Tokens: held, Generated: sm.generated, Preemptions: sm.q.Preemptions, State: sm.q.State.String()}
 			if sm.q.State == sched.Running {
 				si.State = "decode"
 				if e.mgr.Has(sm.q.ID) && e.mgr.Computed(sm.q.ID) < len(sm.q.Tokens)-1 {
@@ -235,6 +239,14 @@ func (e *Engine) publish() {
 	e.watch.call(snap)
 }
 
+// budgetWords names a budget: a size, or "auto" for 0.
+func budgetWords(b int64) string {
+	if b == 0 {
+		return "auto"
+	}
+	return Bytes(b)
+}
+
 // describeChange lists the settings that differ between two configs.
 func describeChange(a, b Config) string {
 	var d []string
@@ -244,8 +256,8 @@ func describeChange(a, b Config) string {
 		}
 	}
 	add("block size", a.Cache.BlockSize, b.Cache.BlockSize)
-	add("budget", a.Cache.Budget, b.Cache.Budget)
-	add("host budget", a.Cache.HostBudget, b.Cache.HostBudget)
+	add("budget", budgetWords(a.Cache.Budget), budgetWords(b.Cache.Budget))
+	add("host budget", budgetWords(a.Cache.HostBudget), budgetWords(b.Cache.HostBudget))
 	add("K", a.Cache.K, b.Cache.K)
 	add("V", a.Cache.V, b.Cache.V)
 	add("eviction", a.Cache.Eviction, b.Cache.Eviction)

@@ -287,7 +287,7 @@ func (e *Engine) finish(s *seqState, reason FinishReason, err error) {
 	}
 	rs.stream.push(Chunk{Sample: s.index, Token: -1, Done: true, Reason: reason, Err: err,
 		PromptTokens: len(rs.prompt), CachedTokens: rs.cached, Generated: s.generated, Computed: s.computed})
-	text := fmt.Sprintf("%s sample %d finished (%s) after %d tokens", rs.name(), s.index, reason, s.generated)
+	text := fmt.Sprintf("%s sample %d finished (%s) after %s", rs.name(), s.index, reason, Count(s.generated, "token"))
 	if err != nil {
 		text += ": " + err.Error()
 	}

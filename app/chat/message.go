@@ -13,6 +13,7 @@ import (
 	"fyne.io/fyne/v2/widget"
 
 	"kvscope/app/store"
+	"kvscope/engine"
 )
 
 // messageView shows one message: who, the text, a footer with the reply's
@@ -97,7 +98,7 @@ func setShown(o fyne.CanvasObject, shown bool) {
 // as "42 tokens · 35.1 tok/s · finished · cached 48 of 60 prompt tokens".
 func Footer(m store.Message) string {
 	var parts []string
-	parts = append(parts, fmt.Sprintf("%d tokens", m.Tokens))
+	parts = append(parts, engine.Count(m.Tokens, "token"))
 	if m.TPS > 0 {
 		parts = append(parts, fmt.Sprintf("%.1f tok/s", m.TPS))
 	}

@@ -14,6 +14,7 @@ import (
 	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
 
+	"github.com/dustin/go-humanize"
 	"kvscope/app/store"
 	"kvscope/app/uithread"
 	"kvscope/engine"
@@ -492,7 +493,8 @@ func (p *Pane) showContext() {
 			return
 		}
 	}
-	p.ctxLabel.SetText(fmt.Sprintf("context: %d / %d tokens", n, p.context))
+	n = min(n, p.context) // a sequence holds at most its context, whatever was sampled last
+	p.ctxLabel.SetText(fmt.Sprintf("context: %s / %s", humanize.Comma(int64(n)), engine.Count(p.context, "token")))
 	p.ctxBar.SetValue(min(1, float64(n)/float64(p.context)))
 }
 

@@ -8,6 +8,7 @@ import (
 	"fyne.io/fyne/v2/widget"
 	"github.com/dustin/go-humanize"
 
+	"kvscope/engine"
 	"kvscope/engine/kvcache"
 )
 
@@ -31,7 +32,7 @@ func Describe(e kvcache.Event, before *kvcache.Snapshot, name func(kvcache.SeqID
 		case e.Reason == "append":
 			s += " (its tokens filled the last block)"
 		case e.Reason != "":
-			s += fmt.Sprintf(" (%s, %d tokens)", e.Reason, e.Tokens)
+			s += fmt.Sprintf(" (%s, %s)", e.Reason, engine.Count(e.Tokens, "token"))
 		}
 	case kvcache.EventFree:
 		s = fmt.Sprintf("%s released %s", who, blockList(e.Blocks))
@@ -39,7 +40,7 @@ func Describe(e kvcache.Event, before *kvcache.Snapshot, name func(kvcache.SeqID
 			s += ": " + e.Reason
 		}
 	case kvcache.EventCacheHit:
-		s = fmt.Sprintf("%s reused %s from the prefix cache (%d tokens not recomputed)", who, blockList(e.Blocks), e.Tokens)
+		s = fmt.Sprintf("%s reused %s from the prefix cache (%s not recomputed)", who, blockList(e.Blocks), engine.Count(e.Tokens, "token"))
 	case kvcache.EventEvict:
 		policy := "eviction"
 		if before != nil {
@@ -56,7 +57,7 @@ func Describe(e kvcache.Event, before *kvcache.Snapshot, name func(kvcache.SeqID
 		case why != "":
 			s += ": " + why
 		case mode == "recompute":
-			s += fmt.Sprintf(": no free block; its %d tokens will be computed again", e.Tokens)
+			s += fmt.Sprintf(": no free block; its %s will be computed again", engine.Count(e.Tokens, "token"))
 		case mode == "swap":
 			s += fmt.Sprintf(": no free block; %s of K/V saved to the host pool", humanize.IBytes(uint64(max(e.Bytes, 0))))
 		}
@@ -66,7 +67,7 @@ func Describe(e kvcache.Event, before *kvcache.Snapshot, name func(kvcache.SeqID
 		s = fmt.Sprintf("%s swapped in: %s back on the device (%s loaded)", who, blockList(e.Blocks), humanize.IBytes(uint64(max(e.Bytes, 0))))
 	case kvcache.EventCoW:
 		if len(e.Blocks) == 2 {
-			s = fmt.Sprintf("block %d copied to block %d before %s wrote into it (copy on write, %d tokens)", e.Blocks[0], e.Blocks[1], who, e.Tokens)
+			s = fmt.Sprintf("block %d copied to block %d before %s wrote into it (copy on write, %s)", e.Blocks[0], e.Blocks[1], who, engine.Count(e.Tokens, "token"))
 		} else {
 			s = fmt.Sprintf("copy on write for %s: %s", who, blockList(e.Blocks))
 		}

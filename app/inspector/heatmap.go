@@ -11,6 +11,7 @@ import (
 	"fyne.io/fyne/v2/driver/desktop"
 	"fyne.io/fyne/v2/widget"
 
+	"kvscope/engine"
 	"kvscope/engine/kvcache"
 )
 
@@ -275,7 +276,7 @@ func BlockTable(s *kvcache.Snapshot, seq kvcache.SeqID) string {
 		if q.Swapped {
 			ids, where = q.HostBlocks, "host"
 		}
-		fmt.Fprintf(&b, "%d tokens in %d %s blocks; logical → physical:", q.Len, len(ids), where)
+		fmt.Fprintf(&b, "%s in %d %s %s; logical → physical:", engine.Count(q.Len, "token"), len(ids), where, engine.Plural(len(ids), "block"))
 		for i, id := range ids {
 			if i == 64 {
 				fmt.Fprintf(&b, " … (%d more)", len(ids)-64)
