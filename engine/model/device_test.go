@@ -1,11 +1,13 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"kvscope/engine/backend"
 	"kvscope/engine/backend/native"
@@ -317,4 +319,46 @@ func TestDeviceBackend(t *testing.T) {
 			t.Errorf("int4 values: %v", err)
 		}
 	})
+}
+
+// TestDeviceDecodeSpeed measures, when KVSCOPE_DEVICE_MODEL names a GGUF
+// file (native/cuda/check.sh: llama-3.2-1b Q4_0 from kvscope gen-model),
+// the device backend's prefill of a 128-token prompt and its decode of 64
+// tokens one at a time after it (as kvscope bench speed does), in tokens/s.
+func TestDeviceDecodeSpeed(t *testing.T) {
+	file := os.Getenv("KVSCOPE_DEVICE_MODEL")
+	if file == "" {
+		t.Skip("set KVSCOPE_DEVICE_MODEL to a GGUF file to measure decode speed on the device backend")
+	}
+	be := deviceBackend(t)
+	m, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Use(be); err != nil {
+		t.Fatal(err)
+	}
+	const prompt, gen = 128, 64
+	kv, blocks := devSeq(t, m, 16, prompt+gen+1, kvstore.F16, kvstore.F16)
+	ids := make([]int, prompt)
+	for i := range ids {
+		ids[i] = 1 + (i*7919)%(m.Vocab-1)
+	}
+	devForward(t, m, kv, blocks, ids[:8], 0) // warm up: kernels loaded, buffers made
+	start := time.Now()
+	logits := devForward(t, m, kv, blocks, ids, 0)
+	pre := time.Since(start)
+	next := sample.Greedy(logits[len(logits)-1])
+	start = time.Now()
+	for pos := prompt; pos < prompt+gen; pos++ {
+		next = sample.Greedy(devForward(t, m, kv, blocks, []int{next}, pos)[0])
+	}
+	dec := time.Since(start)
+	fmt.Printf("%s on %s, %s: prefill %d tokens %.1f tokens/s, decode %d tokens %.1f tokens/s (%.2f ms a token)\n",
+		be.Name(), be.DeviceName(), filepath.Base(file), prompt, prompt/pre.Seconds(), gen, gen/dec.Seconds(),
+		1000*dec.Seconds()/gen)
+	if fb := be.Fallbacks(); len(fb) > 0 {
+		fmt.Printf("fallbacks: %v\n", fb)
+	}
 }

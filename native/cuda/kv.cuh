@@ -18,9 +18,10 @@ __device__ __forceinline__ float kv_value(const struct kvs_kv_plane &p, int64_t 
 	int64_t si = lb * p.scales_per_block + (int64_t)t * p.groups + g;
 	float s = h2f(p.scale[si]);
 	switch (p.prec) {
-	case KVS_KV_Q8_0: return (float)(int8_t)src[d] * s;
-	case KVS_KV_INT8: return (float)src[d] * s + h2f(p.zero[si]);
-	default: return (float)((src[d >> 1] >> ((d & 1) * 4)) & 15) * s + h2f(p.zero[si]);
+	/* __fmul_rn, __fadd_rn: no fused multiply-add, for the store's bits */
+	case KVS_KV_Q8_0: return __fmul_rn((float)(int8_t)src[d], s);
+	case KVS_KV_INT8: return __fadd_rn(__fmul_rn((float)src[d], s), h2f(p.zero[si]));
+	default: return __fadd_rn(__fmul_rn((float)((src[d >> 1] >> ((d & 1) * 4)) & 15), s), h2f(p.zero[si]));
 	}
 }
 

@@ -3,6 +3,7 @@ package native
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 
@@ -12,9 +13,17 @@ import (
 )
 
 // hostDevice returns the device backend over the CPU library, skipping when
-// the library is not built.
+// the library is not built; with KVSCOPE_BACKEND=cuda (native/cuda/check.sh
+// on a machine with a GPU) the CUDA library instead.
 func hostDevice(t *testing.T) *Device {
 	t.Helper()
+	if k := os.Getenv(BackendEnv); k == "cuda" || k == "metal" {
+		d, err := OpenDevice(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
 	d, err := NewHostDevice(loadLib(t))
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +149,7 @@ func TestDeviceOps(t *testing.T) {
 			be.Embed(o, h, tokens)
 			outs[i] = download(t, be, o, 4*256)
 		}
-		if i := sameBits(outs[0], outs[1]); i >= 0 {
+		if i := sameBits(outs[0], outs[1]); i >= 0 && (d.host() || relRMS(outs[0], outs[1]) > 1e-6) {
 			t.Errorf("embedding value %d: %v, Go %v", i, outs[0][i], outs[1][i])
 		}
 	})
@@ -161,6 +170,10 @@ func TestDeviceOps(t *testing.T) {
 			var reads, atts, windowed [2][]float32
 			for i, be := range []backend.Backend{d, g} {
 				c, err := be.NewCache(cfg)
+				if err != nil && be == d && !d.host() && strings.Contains(err.Error(), "refused") {
+					t.Logf("%v: %v", pc, err) // the GPU library stores f16, q8_0 and int8/int4 values only
+					break
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -181,6 +194,9 @@ func TestDeviceOps(t *testing.T) {
 				be.Attention(ob, c, 1, qb, heads, rows)
 				rows.Window = 0
 				windowed[i] = download(t, be, ob, len(q))
+			}
+			if reads[1] == nil {
+				continue
 			}
 			if i := sameBits(reads[0], reads[1]); i >= 0 {
 				t.Errorf("%v: read value %d: %v, the Go store's %v", pc, i, reads[0][i], reads[1][i])
