@@ -26,6 +26,7 @@ var Commands = []Command{
 	{"template", "render a chat template on JSON messages", templateCmd},
 	{"perplexity", "measure perplexity over a text file", perplexityCmd},
 	{"logits", "write teacher-forced logits of a file of token ids (float32, one row per id)", logitsCmd},
+	{"serve", "serve an OpenAI-compatible API, Prometheus metrics and the cache's snapshots and events over HTTP", serveCmd},
 	{"chat", "chat in the terminal (or one user turn per line of standard input), reusing the cache across turns", chatCmd},
 	{"gen-model", "write a GGUF of a real model's shape with random weights", genModelCmd},
 	{"bench", "measure the cache (bench cache) and prefill and decode speed (bench speed)", benchCmd},

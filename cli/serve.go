@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"kvscope/engine"
+	"kvscope/engine/chat"
+	"kvscope/server"
+)
+
+// apiKeyEnv holds serve's API key when --api-key is not given.
+const apiKeyEnv = "KVSCOPE_API_KEY"
+
+// serveStop is what ends serve: SIGINT or SIGTERM (tests replace it).
+var serveStop = func() (<-chan os.Signal, func()) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	return c, func() { signal.Stop(c) }
+}
+
+// serveCmd is kvscope serve: the OpenAI-compatible API, metrics and the
+// cache's snapshots and events over one engine (package server).
+func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
+	fs := newFlags("serve", "-m FILE [--addr 127.0.0.1:8080] [--api-key KEY]", stderr)
+	path := fs.String("m", "", "GGUF model `file`")
+	addr := fs.String("addr", "127.0.0.1:8080", "`address` to listen on (host:port; port 0 picks a free one); an address other than loopback needs an API key")
+	key := fs.String("api-key", "", "API `key` clients must send as Authorization: Bearer KEY (default $"+apiKeyEnv+")")
+	name := fs.String("model-name", "", "model `name` in /v1/models and replies (default: the file's name without .gguf)")
+	cfg := engine.DefaultConfig()
+	intVar(fs, &cfg.Sched.MaxSeqs, "parallel", 1, maxParallel, "most sequences decoding at once")
+	addCacheFlags(fs, &cfg)
+	be := backendFlag(fs)
+	var lim server.Limits
+	lim.MaxBodyBytes = server.DefaultMaxBodyBytes
+	fs.Var(&size{&lim.MaxBodyBytes}, "max-body", "largest request body, with units (default 1MiB)")
+	intVar(fs, &lim.MaxPromptTokens, "max-prompt-tokens", 0, maxTokens, "most prompt tokens of a request (0: the context)")
+	intVar(fs, &lim.MaxTokens, "max-tokens", 0, maxTokens, "largest max_tokens a request may ask (0: the context)")
+	lim.MaxN = server.DefaultMaxN
+	intVar(fs, &lim.MaxN, "max-n", 1, 64, "largest n (choices per prompt)")
+	lim.MaxConcurrent = server.DefaultMaxConcurrent
+	intVar(fs, &lim.MaxConcurrent, "max-concurrent", 1, 1<<16, "most completion requests at once; more get 429 with Retry-After")
+	grace := 10 * time.Second
+	fs.DurationVar(&grace, "shutdown-timeout", grace, "on SIGINT or SIGTERM, how long streams in flight may run before they are cancelled")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := requireModel(*path); err != nil {
+		return err
+	}
+	if *key == "" {
+		*key = os.Getenv(apiKeyEnv)
+	}
+	if lim.MaxBodyBytes == 0 {
+		lim.MaxBodyBytes = server.DefaultMaxBodyBytes
+	}
+	if err := checkAddr(*addr, *key != ""); err != nil {
+		return fs.usageErr("%v", err)
+	}
+	if grace < 0 {
+		return fs.usageErr("--shutdown-timeout cannot be negative")
+	}
+	cfg.Sched.StepTokens = max(cfg.Sched.StepTokens, cfg.Sched.MaxSeqs)
+	l, err := load(*path, *be)
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	form, err := chat.FromGGUF(l.m.File, l.tok)
+	if err != nil {
+		return err
+	}
+	e, err := l.engine(cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	if *name == "" {
+		*name = strings.TrimSuffix(filepath.Base(*path), ".gguf")
+	}
+	srv, err := server.New(server.Config{Engine: e, Format: form, ModelID: *name, APIKey: *key, Limits: lim})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("--addr %s: %w", *addr, err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	fmt.Fprintf(stderr, "kvscope serve: listening on http://%s (model %s, chat format %s, context %d); %s\n", ln.Addr(), *name, form.Name(), e.Snapshot().Context, l.backend)
+
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	sigs, stop := serveStop()
+	defer stop()
+	select {
+	case err := <-served:
+		return err
+	case sig := <-sigs:
+		fmt.Fprintf(stderr, "kvscope serve: %v: finishing the requests in flight (at most %s)\n", sig, grace)
+	}
+	// Stop accepting; let streams finish within the grace period, then
+	// cancel them (each still ends with its last chunk and [DONE]).
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		srv.CancelAll(cctx)
+		if err := hs.Shutdown(cctx); err != nil {
+			hs.Close()
+		}
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	fmt.Fprintf(stderr, "kvscope serve: stopped after %d requests\n", srv.Served())
+	return nil
+}
+
+// checkAddr refuses an address that is not host:port, and one other than
+// loopback without an API key.
+func checkAddr(addr string, hasKey bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--addr %q: want host:port, such as 127.0.0.1:8080", addr)
+	}
+	if hasKey || isLoopback(host) {
+		return nil
+	}
+	return fmt.Errorf("--addr %s is reachable from other machines: give an API key (--api-key or $%s), or listen on 127.0.0.1", addr, apiKeyEnv)
+}
+
+// isLoopback reports whether host names only this machine.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,20 @@
+// Package server provides an OpenAI-compatible HTTP API (chat and text
+// completions, streamed or not), Prometheus metrics and the KV cache's
+// snapshots and events over one kvscope engine.
+//
+// The endpoints are POST /v1/chat/completions (the conversation rendered
+// through the model's chat template, package engine/chat), POST
+// /v1/completions, GET /v1/models, GET /health, GET /metrics (vLLM's metric
+// names with a "kvscope:" prefix, and the cache's own), GET
+// /v1/kvcache/snapshot (the engine's snapshot as JSON, with
+// SnapshotSchemaVersion) and GET /v1/kvcache/events?since=N (the engine's
+// events as server-sent events).
+//
+// Every request runs on the engine it is given, beside whatever else uses
+// that engine (the app's chats), and is labelled "API: <first words>" in
+// its snapshots and events. A client that hangs up cancels its request,
+// which frees its blocks at once. Bad requests get OpenAI's error shape,
+// {"error": {"message", "type", "param", "code"}}, with a 4xx status; the
+// limits (body size, prompt and generated tokens, n, concurrent requests)
+// are in Limits.
+package server
