@@ -83,10 +83,10 @@ type Server struct {
 	mux     *http.ServeMux
 
 	// stop is cancelled by CancelAll: every request in flight ends.
-	stop     context.Context
-	stopAll  context.CancelFunc
-	served atomic.Uint64
-	active atomic.Int64 // completion requests in flight
+	stop    context.Context
+	stopAll context.CancelFunc
+	served  atomic.Uint64
+	active  atomic.Int64 // completion requests in flight
 }
 
 // New returns a server over cfg.Engine.
