@@ -225,6 +225,15 @@ func (e *Engine) loop() {
 		}
 		if e.paused || e.sch.Idle() {
 			e.publish()
+			if e.tps.busy() {
+				// The rate falls to zero over its window: publish again
+				// as it does, unless a command comes first.
+				select {
+				case <-e.wake:
+				case <-time.After(RateWindow / 8):
+				}
+				continue
+			}
 			<-e.wake
 			continue
 		}

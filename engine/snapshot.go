@@ -25,8 +25,9 @@ type Snapshot struct {
 	Swapped  int               // sequences whose blocks are in the host pool
 	Paused   bool              // the scheduler is paused (teaching mode)
 	Last     StepReport        // the last step
-	// DecodeTPS is the recent rate of generated tokens per second, all
-	// requests together.
+	// DecodeTPS is the tokens generated per second over the last
+	// RateWindow, all requests together (0 once nothing was generated for
+	// RateWindow).
 	DecodeTPS float64
 }
 
@@ -209,7 +210,7 @@ func (e *Engine) publish() {
 	e.lastSnap = time.Now()
 	w, r, s := e.sch.Counts()
 	snap := &Snapshot{Taken: e.lastSnap, Step: e.mgr.Step(), Config: e.cfg, Context: e.context(e.cfg), Cache: e.mgr.Snapshot(),
-		Waiting: w, Running: r, Swapped: s, Paused: e.paused, Last: e.last, DecodeTPS: e.tps.rate()}
+		Waiting: w, Running: r, Swapped: s, Paused: e.paused, Last: e.last, DecodeTPS: e.tps.rate(e.lastSnap)}
 	for _, id := range slices.Sorted(maps.Keys(e.reqs)) {
 		rs := e.reqs[id]
 		ri := RequestInfo{ID: rs.id, Label: rs.req.Label, PromptTokens: len(rs.prompt), CachedTokens: rs.cached, MaxTokens: rs.req.MaxTokens}
@@ -275,31 +276,47 @@ func describeChange(a, b Config) string {
 	return strings.Join(d, ", ")
 }
 
-// rateMeter tracks tokens per second over recent steps.
+// RateWindow is the window DecodeTPS is measured over: the tokens
+// generated in the last RateWindow, over RateWindow. It falls to zero
+// within RateWindow of the engine going idle or pausing, and follows slow
+// motion, since the time between steps counts.
+const RateWindow = 2 * time.Second
+
+// rateMeter counts tokens generated over the last RateWindow of wall time.
 type rateMeter struct {
+	at     []time.Time
 	tokens []int
-	times  []time.Duration
 }
 
-const rateWindow = 32
-
-func (m *rateMeter) add(tokens int, d time.Duration) {
-	m.tokens = append(m.tokens, tokens)
-	m.times = append(m.times, d)
-	if len(m.tokens) > rateWindow {
-		m.tokens, m.times = m.tokens[1:], m.times[1:]
+// add records n tokens generated at t.
+func (m *rateMeter) add(t time.Time, n int) {
+	if n <= 0 {
+		return
 	}
+	m.at = append(m.at, t)
+	m.tokens = append(m.tokens, n)
+	m.trim(t)
 }
 
-func (m *rateMeter) rate() float64 {
-	var n int
-	var t time.Duration
-	for i := range m.tokens {
-		n += m.tokens[i]
-		t += m.times[i]
+// trim forgets what is older than the window before now.
+func (m *rateMeter) trim(now time.Time) {
+	i := 0
+	for i < len(m.at) && now.Sub(m.at[i]) > RateWindow {
+		i++
 	}
-	if t <= 0 {
-		return 0
-	}
-	return float64(n) / t.Seconds()
+	m.at, m.tokens = m.at[i:], m.tokens[i:]
 }
+
+// rate is the tokens per second over the window ending at now.
+func (m *rateMeter) rate(now time.Time) float64 {
+	m.trim(now)
+	n := 0
+	for _, x := range m.tokens {
+		n += x
+	}
+	return float64(n) / RateWindow.Seconds()
+}
+
+// busy reports whether the window still holds tokens (the rate is not
+// zero yet).
+func (m *rateMeter) busy() bool { return len(m.at) > 0 }

@@ -152,6 +152,7 @@ func (e *Engine) step() {
 		}
 	}
 	li := 0
+	sampled := 0 // tokens generated this step
 	for _, w := range plan.Work {
 		s := e.seqs[w.Seq.ID]
 		if err := e.mgr.Commit(w.Seq.ID, w.End); err != nil {
@@ -159,16 +160,18 @@ func (e *Engine) step() {
 			continue
 		}
 		if w.Logits {
+			before := e.generatedBy(s.r)
 			e.sampleNext(s, logits[li])
+			sampled += e.generatedBy(s.r) - before
 			li++
 		}
 	}
 	e.mgr.Tick()
 	rep.Duration = time.Since(t0)
-	e.tps.add(plan.Decode+len(plan.Admitted), rep.Duration)
 	rep.Preempted = ids(plan.Preempted)
 	rep.Admitted = ids(plan.Admitted)
 	rep.SwappedIn = ids(plan.SwappedIn)
+	e.tps.add(time.Now(), sampled)
 	e.flushCacheEvents(&rep)
 	rep.Explain = rep.explain()
 	e.last = rep
@@ -176,6 +179,15 @@ func (e *Engine) step() {
 	if time.Since(e.lastSnap) >= snapshotInterval || e.paused || e.watch.any() {
 		e.publish()
 	}
+}
+
+// generatedBy counts the tokens rs's samples have generated.
+func (e *Engine) generatedBy(rs *reqState) int {
+	n := 0
+	for _, s := range rs.samples {
+		n += s.generated
+	}
+	return n
 }
 
 // snapshotInterval bounds how often snapshots are published while running

@@ -141,3 +141,38 @@ func TestCapacityMatchesThePool(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeRateFollowsSlowMotionAndIdles: the tokens/s figure is over
+// the last RateWindow of wall time, so under slow motion it is the slow
+// rate (not the rate of the steps' own work), and it falls to zero once
+// the engine is idle.
+func TestDecodeRateFollowsSlowMotionAndIdles(t *testing.T) {
+	m, tok := stories(t)
+	e := newEngine(t, m, tok, DefaultConfig())
+	const delay = 50 * time.Millisecond
+	if err := e.SetDelay(delay); err != nil {
+		t.Fatal(err)
+	}
+	sp := sample.Params{Temperature: 0, TopP: 1, RepeatPenalty: 1}
+	st, err := e.Submit(context.Background(), Request{Prompt: "Once upon a time", MaxTokens: 60, IgnoreEOS: true, Sampling: &sp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// After a full window of generation, one token a step.
+	s, err := e.WaitFor(ctx, func(s *Snapshot) bool {
+		return len(s.Requests) == 1 && s.Requests[0].Samples[0].Generated >= 2+int(RateWindow/delay)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 1 / (delay + s.Last.Duration).Seconds()
+	if s.DecodeTPS > want*1.25 || s.DecodeTPS < want*0.75 {
+		t.Errorf("at %v a step the rate reads %.1f tokens/s; one token a step is %.1f", delay, s.DecodeTPS, want)
+	}
+	st.Collect()
+	if _, err := e.WaitFor(ctx, func(s *Snapshot) bool { return len(s.Requests) == 0 && s.DecodeTPS == 0 }); err != nil {
+		t.Errorf("the rate never fell to zero once idle: %v (last %.1f)", err, e.Snapshot().DecodeTPS)
+	}
+}

@@ -38,6 +38,8 @@ type Pane struct {
 
 	st *store.Store // nil: nothing is saved
 
+	paused bool // the engine's scheduler is paused (the last snapshot said so)
+
 	mu    sync.Mutex // guards data, edits and saved: the saver goroutine reads them
 	data  store.Conversations
 	edits uint64 // how many changes data has had
@@ -402,6 +404,9 @@ func (p *Pane) refreshList() {
 func (p *Pane) sidebarStatus(c *store.Conversation) string {
 	if r := p.runs[c.ID]; r != nil && r.msg < len(c.Messages) {
 		m := c.Messages[r.msg]
+		if p.paused {
+			return "paused: the scheduler is in step mode"
+		}
 		if m.TPS > 0 {
 			return fmt.Sprintf("generating · %.1f tok/s", m.TPS)
 		}
@@ -675,6 +680,10 @@ func (p *Pane) Observe(s *engine.Snapshot) {
 	}
 	if s.Context > 0 {
 		p.context = s.Context
+	}
+	if s.Paused != p.paused {
+		p.paused = s.Paused
+		p.refreshList()
 	}
 	for _, ri := range s.Requests {
 		id, ok := p.reqConv[ri.ID]

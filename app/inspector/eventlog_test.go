@@ -127,7 +127,7 @@ func TestGaugeValues(t *testing.T) {
 		{"internal frag.", "18.8 % slots empty"}, // 13 of 16 reserved slots filled
 		{"external frag.", "0 % (paged)"},
 		{"prefix hit rate", "0.0 % (0/18 tok)"},
-		{"tokens/s", "12.3"},
+		{"tokens/s, last 2 s", "12.3"},
 		{"memory used", fmt.Sprintf("%s of %s", humanizeBytes(4*bb), humanizeBytes(16*bb))},
 	}
 	for _, tc := range tests {

@@ -10,6 +10,7 @@ import (
 	"fyne.io/fyne/v2/widget"
 	"github.com/dustin/go-humanize"
 
+	"kvscope/engine"
 	"kvscope/engine/kvcache"
 )
 
@@ -57,7 +58,7 @@ func GaugeValues(m kvcache.Metrics, tokensPerSec float64) []Gauge {
 		{"preemptions", pre, -1},
 		{"host swap pool", host, -1},
 		{"copy-on-write", fmt.Sprint(m.CoWCopies), -1},
-		{"tokens/s", fmt.Sprintf("%.1f", tokensPerSec), -1},
+		{fmt.Sprintf("tokens/s, last %g s", engine.RateWindow.Seconds()), fmt.Sprintf("%.1f", tokensPerSec), -1},
 	}
 }
 

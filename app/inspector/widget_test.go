@@ -98,7 +98,7 @@ func TestInspectorHoverTapAndUpdate(t *testing.T) {
 	if got := in.Gauges.Value("evictions"); got != "1" {
 		t.Errorf("evictions gauge %q, want 1", got)
 	}
-	if got := in.Gauges.Value("tokens/s"); got != "7.5" {
+	if got := in.Gauges.Value("tokens/s, last 2 s"); got != "7.5" {
 		t.Errorf("tokens/s gauge %q, want 7.5", got)
 	}
 	if n := len(in.History.Samples()); n != 2 {
