@@ -3,6 +3,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,19 +33,20 @@ var speedRowNames = []string{
 func TestBenchSpeedTable(t *testing.T) {
 	peerDir := filepath.Join(testshared.Dir(), "peers", "llama.cpp", "bin")
 	for _, tc := range []struct {
-		name string
-		peer string
-		cols int // values in a row: kvscope's, [llama.cpp's, the ratio,] the bandwidth limit
+		name   string
+		peer   string
+		cols   int // values in a row: kvscope's, [llama.cpp's, the ratio,] the bandwidth limit
+		rounds string
 	}{
-		{"no peer", "", 2},
-		{"llama.cpp", peerDir, 4},
+		{"no peer", "", 2, "1"},
+		{"llama.cpp", peerDir, 4, "2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.peer != "" && findPeer(tc.peer) == "" {
 				t.Skipf("no llama.cpp build in %s", tc.peer)
 			}
 			dir := t.TempDir()
-			code, out, stderr := run(t, append(speedArgs, "--peer", tc.peer, "--dir", dir)...)
+			code, out, stderr := run(t, append(speedArgs, "--peer", tc.peer, "--dir", dir, "--rounds", tc.rounds)...)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
@@ -59,6 +61,9 @@ func TestBenchSpeedTable(t *testing.T) {
 				lines := strings.Split(strings.TrimRight(tbl, "\n"), "\n")
 				if !strings.Contains(lines[0], "of weights read per token") {
 					t.Errorf("table title %q names no weight bytes", lines[0])
+				}
+				if (tc.rounds == "2") != strings.Contains(lines[0], "the best of 2 rounds") {
+					t.Errorf("%s rounds, but the title says %q", tc.rounds, lines[0])
 				}
 				rows := lines[2:]
 				if strings.HasPrefix(rows[len(rows)-1], "llama.cpp failed") {
@@ -91,6 +96,17 @@ func TestBenchSpeedTable(t *testing.T) {
 				t.Errorf("the model files were left in %s: %v", dir, entries)
 			}
 		})
+	}
+}
+
+// TestBestRows checks that rounds keep each engine's best figure per row.
+func TestBestRows(t *testing.T) {
+	a := []speedRow{{test: "x", ours: 3, theirs: 5, limit: 9}, {test: "y", ours: 2}}
+	b := []speedRow{{test: "x", ours: 4, theirs: 1, limit: 9}, {test: "y", ours: 1}}
+	got := bestRows(bestRows(nil, a), b)
+	want := []speedRow{{test: "x", ours: 4, theirs: 5, limit: 9}, {test: "y", ours: 2}}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
 

@@ -31,6 +31,7 @@ type speedOpts struct {
 	prompt  int   // llama-bench -p, llama-batched-bench -npp: prompt tokens
 	gen     int   // llama-bench -n: tokens decoded from an empty context
 	reps    int   // llama-bench -r
+	rounds  int   // rounds of both engines; each figure is the best round's
 	batchTG int   // llama-batched-bench -ntg: tokens each sequence decodes
 	seqs    []int // llama-batched-bench -npl
 	ctx     int   // the long context of the K/V precision rows
@@ -49,6 +50,7 @@ func benchSpeed(args []string, stdout, stderr io.Writer) error {
 	prompt := intFlag(fs, "p", 128, 1, 8192, "prompt tokens of the prefill test and of each sequence of the batched tests")
 	gen := intFlag(fs, "n", 64, 1, 8192, "tokens one sequence decodes from an empty context")
 	reps := intFlag(fs, "r", 2, 1, 100, "repetitions of the prefill and decode tests")
+	rounds := intFlag(fs, "rounds", 2, 1, 10, "rounds of kvscope's tests then llama.cpp's, alternating; each figure is the best of its rounds (this machine's memory bandwidth swings from minute to minute)")
 	batchTG := intFlag(fs, "ntg", 32, 1, 8192, "tokens each sequence decodes in the batched tests")
 	seqs := fs.String("npl", "1,4,8", "sequence counts of the batched tests, comma-separated")
 	ctx := intFlag(fs, "ctx", 2048, 2, 1<<20, "context of the K/V precision tests")
@@ -61,6 +63,7 @@ func benchSpeed(args []string, stdout, stderr io.Writer) error {
 	}
 	o.backend = *be
 	o.threads, o.prompt, o.gen, o.reps, o.batchTG, o.ctx, o.ctxGen = *threads, *prompt, *gen, *reps, *batchTG, *ctx, *ctxGen
+	o.rounds = *rounds
 	o.types = strings.Split(*types, ",")
 	for _, t := range o.types {
 		if _, err := presetShape(o.preset, t); err != nil {
@@ -116,18 +119,29 @@ func runSpeed(o speedOpts, out io.Writer) error {
 			return err
 		}
 		made := time.Since(t0)
-		rows, weights, err := ourSpeed(path, o, bw)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "\n%s %s: %s file (made in %.1f s), %s of weights read per token: one sequence cannot decode faster than %.1f tokens/s\n",
-			o.preset, typeName(s), humanize.IBytes(uint64(size)), made.Seconds(), humanize.IBytes(uint64(weights)), bw/float64(weights))
+		// Rounds alternate the engines, so that both meet the
+		// bandwidth of the same minutes; each row keeps its best.
+		var rows []speedRow
+		var weights int64
 		note := ""
-		if peer != "" {
-			if err := peerSpeed(peer, path, o, rows); err != nil {
-				note = "llama.cpp failed: " + firstLine(err.Error())
+		for range max(o.rounds, 1) {
+			r, w, err := ourSpeed(path, o, bw)
+			if err != nil {
+				return err
 			}
+			if peer != "" && note == "" {
+				if err := peerSpeed(peer, path, o, r); err != nil {
+					note = "llama.cpp failed: " + firstLine(err.Error())
+				}
+			}
+			rows, weights = bestRows(rows, r), w
 		}
+		rounds := ""
+		if o.rounds > 1 {
+			rounds = fmt.Sprintf("; each figure is the best of %d rounds, kvscope's tests then llama.cpp's in each", o.rounds)
+		}
+		fmt.Fprintf(out, "\n%s %s: %s file (made in %.1f s), %s of weights read per token: one sequence cannot decode faster than %.1f tokens/s%s\n",
+			o.preset, typeName(s), humanize.IBytes(uint64(size)), made.Seconds(), humanize.IBytes(uint64(weights)), bw/float64(weights), rounds)
 		if err := writeSpeedTable(out, rows, peer != ""); err != nil {
 			return err
 		}
@@ -137,6 +151,19 @@ func runSpeed(o speedOpts, out io.Writer) error {
 		os.Remove(path)
 	}
 	return nil
+}
+
+// bestRows returns each row of b with the better figures of a's row (a
+// nil: b itself): the best round of each engine.
+func bestRows(a, b []speedRow) []speedRow {
+	if a == nil {
+		return b
+	}
+	for i := range b {
+		b[i].ours = max(b[i].ours, a[i].ours)
+		b[i].theirs = max(b[i].theirs, a[i].theirs)
+	}
+	return b
 }
 
 // speedRow is one test: kvscope's tokens/s, llama.cpp's (0: not run), and
