@@ -24,7 +24,7 @@
 #include "kv.cuh"
 
 #define PART 256     /* positions a partition */
-#define WORKERS 16   /* thread blocks a (row, KV head) at most */
+#define WORKERS 64   /* thread blocks a (row, KV head) at most */
 #define ATT_THREADS 128
 #define HCHUNK 8     /* query heads a thread keeps in registers at a time */
 

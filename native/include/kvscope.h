@@ -437,7 +437,10 @@ KVS_API int kvs_kv_copy_block(const struct kvs_kv_plane *p, int32_t dst, int32_t
  * n rows of heads query heads over kv_heads KV heads of head_dim, none
  * attending more than max_pos positions, or a negative kvs_status for
  * shapes it does not take. A device library splits long contexts into
- * partitions whose partial softmax sums it keeps there. */
+ * partitions whose partial softmax sums and outputs it keeps there; it
+ * returns 0 when max_pos needs none, and kvs_attention then takes NULL.
+ * In a device library kvs_attention's scratch is this many bytes (the
+ * host library's: (heads/kv_heads)*max(n_pos) floats, as above). */
 KVS_API int64_t kvs_attention_scratch(int64_t n, int32_t heads, int32_t kv_heads, int32_t head_dim, int32_t max_pos);
 
 #ifdef __cplusplus

@@ -332,6 +332,10 @@ func (b *Device) ReadKV(k, v backend.Buffer, c backend.Cache, layer int, slots [
 	}
 }
 
+// attnScratchBytes bounds a device's attention scratch: the partial
+// results of rows whose context is split over the GPU.
+const attnScratchBytes = 64 << 20
+
 // Attention runs paged attention for every row of q on the device, over
 // the rows' block tables (a sliding window too).
 func (b *Device) Attention(out backend.Buffer, c backend.Cache, layer int, q backend.Buffer, heads int, r *backend.Rows) {
@@ -397,36 +401,34 @@ func (b *Device) Attention(out backend.Buffer, c backend.Cache, layer int, q bac
 	if tp == 0 || np == 0 || ofp == 0 {
 		return
 	}
-	workers := 1
-	if b.host() {
-		workers = min(runtime.GOMAXPROCS(0), n)
+	scale := float32(1 / math.Sqrt(float64(cfg.HeadDim)))
+	call := func(a, e int, scratch uintptr) int32 {
+		return b.d.attention(unsafe.Pointer(&dc.k), unsafe.Pointer(&dc.v), int32(layer), int64(e-a), int32(heads), 0, int32(heads), r.Window, scale,
+			qp+uintptr(a*qd*4), np+uintptr(a*4), tp, ofp+uintptr(a*8), 0, scratch, op2+uintptr(a*qd*4))
 	}
-	per := b.d.attnScratch(int64((n+workers-1)/workers), int32(heads), int32(cfg.KVHeads), int32(cfg.HeadDim), maxPos)
-	if per < 0 {
+	scratchFor := func(rows int) int64 {
+		return b.d.attnScratch(int64(rows), int32(heads), int32(cfg.KVHeads), int32(cfg.HeadDim), maxPos)
+	}
+	if per := scratchFor(1); per < 0 {
 		b.check(op, int32(per))
 		return
 	}
-	if !b.ensure(&b.scratch, per*int64(workers)) {
-		return
-	}
-	scale := float32(1 / math.Sqrt(float64(cfg.HeadDim)))
-	chunk := (n + workers - 1) / workers
-	call := func(a, e int) int32 {
-		w := uintptr(a / chunk)
-		return b.d.attention(unsafe.Pointer(&dc.k), unsafe.Pointer(&dc.v), int32(layer), int64(e-a), int32(heads), 0, int32(heads), r.Window, scale,
-			qp+uintptr(a*qd*4), np+uintptr(a*4), tp, ofp+uintptr(a*8), 0, b.scratch.p+w*uintptr(per), op2+uintptr(a*qd*4))
-	}
 	var rc int32
-	if workers > 1 {
-		// Fixed chunks, one scratch each (the pool's guided ranges would
-		// share them).
+	if b.host() {
+		// Rows split among goroutines in fixed chunks, each with its own
+		// scratch (the host library computes on this machine's cores).
+		workers := min(runtime.GOMAXPROCS(0), n)
+		chunk := (n + workers - 1) / workers
+		per := scratchFor(chunk)
+		if !b.ensure(&b.scratch, per*int64(workers)) {
+			return
+		}
 		rcs := make([]int32, workers)
 		done := make(chan struct{}, workers)
 		for w := range workers {
 			go func() {
-				a, e := w*chunk, min(n, (w+1)*chunk)
-				if a < e {
-					rcs[w] = call(a, e)
+				if a, e := w*chunk, min(n, (w+1)*chunk); a < e {
+					rcs[w] = call(a, e, b.scratch.p+uintptr(w)*uintptr(per))
 				}
 				done <- struct{}{}
 			}()
@@ -440,7 +442,19 @@ func (b *Device) Attention(out backend.Buffer, c backend.Cache, layer int, q bac
 			}
 		}
 	} else {
-		rc = call(0, n)
+		// One call a chunk of rows whose partial results (long contexts
+		// split over the GPU) fit in attnScratchBytes; rows are
+		// independent, so the chunking changes no result.
+		chunk := n
+		if per := scratchFor(1); per > 0 {
+			chunk = max(1, min(n, int(attnScratchBytes/per)))
+		}
+		if !b.ensure(&b.scratch, scratchFor(chunk)) {
+			return
+		}
+		for a := 0; a < n && rc == 0; a += chunk {
+			rc = call(a, min(n, a+chunk), b.scratch.p)
+		}
 	}
 	b.check(op, rc)
 }
