@@ -111,3 +111,35 @@ func TestCapacityViewFollowsTheSliders(t *testing.T) {
 		}
 	})
 }
+
+// TestControlsRefuseAPoolNoChatFits: contiguous blocks in 256 KiB cannot
+// hold one chat's context reservation; the Controls say so instead of
+// "Applied", and a short prompt still runs.
+func TestControlsRefuseAPoolNoChatFits(t *testing.T) {
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	uithread.Locked(func() { a.controls.allocator.SetSelected("contiguous") })
+	uithread.WaitFor(t, "contiguous", func() bool { return !a.controls.Busy() && strings.HasPrefix(a.controls.Result(), "Applied") })
+	uithread.Locked(func() { a.controls.budget.OnChangeEnded(float64(nearest(Budgets, 256<<10))) })
+	uithread.WaitFor(t, "the budget", func() bool { return !a.controls.Busy() && !strings.HasPrefix(a.controls.Result(), "Applying") })
+	uithread.Locked(func() {
+		if r := a.controls.Result(); !strings.HasPrefix(r, "Refused") || !strings.Contains(r, "no chat could run") {
+			t.Errorf("contiguous in 256 KiB: %q", r)
+		}
+		if b := a.Engine().Config().Cache.Budget; b == 256<<10 {
+			t.Error("the engine took the budget no chat fits")
+		}
+		if err := a.chat.SendText(a.chat.Selected(), "Once upon a time"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	uithread.WaitFor(t, "the reply", func() bool { return !a.chat.Running(a.chat.Selected()) })
+	uithread.Locked(func() {
+		c := a.chat.Conversations().List[0]
+		if m := c.Messages[len(c.Messages)-1]; m.Error != "" || m.Tokens == 0 {
+			t.Errorf("a short prompt after the refusal: %d tokens, error %q", m.Tokens, m.Error)
+		}
+	})
+}

@@ -280,6 +280,28 @@ func (c *controls) apply(change func(cfg *engine.Config)) {
 	c.send(e, []func(*engine.Config){change})
 }
 
+// ChatTokens is the shortest chat the controls let the pool be too small
+// for: a short prompt and the start of its reply.
+const ChatTokens = 64
+
+// chatFits refuses settings under which no chat could run, though the
+// engine could build the pool: fewer token slots than ChatTokens, or, with
+// the contiguous allocator, than one whole context, which a chat reserves
+// since nobody knows how long its reply will grow.
+func chatFits(m *model.Model, cfg engine.Config) error {
+	f, err := engine.Capacity(m, cfg, ChatTokens)
+	if err != nil || f.Seqs >= 1 {
+		return nil // the engine says why it refuses
+	}
+	need := min(ChatTokens, f.PerSeq*cfg.Cache.BlockSize)
+	what := "a short chat needs " + engine.Count(need, "token")
+	if cfg.Cache.Allocator == kvcache.Contiguous {
+		what = "the contiguous allocator reserves each chat's whole context, " + engine.Count(f.PerSeq, "block")
+	}
+	return fmt.Errorf("the pool would hold %s of %s (%s), and %s: no chat could run (choose a larger budget or a smaller block size)",
+		engine.Count(f.Blocks, "block"), engine.Count(cfg.Cache.BlockSize, "token"), engine.Bytes(f.Budget), what)
+}
+
 // flight is one Reconfigure under way.
 type flight struct {
 	e       *engine.Engine
@@ -292,6 +314,13 @@ func (c *controls) send(e *engine.Engine, changes []func(cfg *engine.Config)) {
 	cfg := e.Config() // the published settings: does not wait for the engine
 	for _, ch := range changes {
 		ch(&cfg)
+	}
+	if err := chatFits(e.Model(), cfg); err != nil {
+		c.result.Importance = widget.DangerImportance
+		c.result.SetText("Refused: " + err.Error())
+		c.queued = nil
+		c.show(e.Config(), e.Snapshot())
+		return
 	}
 	f := &flight{e: e, changes: changes}
 	c.flight = f
