@@ -10,6 +10,8 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"kvscope/app/chat"
+	"kvscope/app/inspector"
+	"kvscope/engine"
 	echat "kvscope/engine/chat"
 	"kvscope/engine/gguf"
 	"kvscope/engine/model"
@@ -149,7 +151,7 @@ func (l *loaded) info() [][2]string {
 	}
 	tmpl := l.templateInfo()
 	kvTok := 2 * c.Layers * c.KVHeads * c.HeadDim * 2
-	return [][2]string{
+	rows := [][2]string{
 		{"name", l.name},
 		{"file", where},
 		{"size", humanize.IBytes(uint64(max(l.size, 0)))},
@@ -165,6 +167,11 @@ func (l *loaded) info() [][2]string {
 		{"K/V per token (f16)", humanize.IBytes(uint64(kvTok))},
 		{"chat template", tmpl},
 	}
+	if w := inspector.WindowOf(&c); w.Size > 0 {
+		rows = append(rows, [2]string{"sliding window", fmt.Sprintf("%s on %d of %d layers; the cache keeps every block (a block spans all layers)",
+			engine.Count(w.Size, "position"), w.Local, w.Layers)})
+	}
+	return rows
 }
 
 // templateInfo says which chat template the conversations use.

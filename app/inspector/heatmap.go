@@ -116,6 +116,15 @@ func (h *Heatmap) Select(seq kvcache.SeqID, ok bool) {
 	h.raster.Refresh()
 }
 
+// SetWindow sets the sliding window of the model's windowed layers, in
+// positions (0: none), whose blocks the selected sequence's table marks.
+func (h *Heatmap) SetWindow(size int) {
+	h.mu.Lock()
+	h.view.Window = max(size, 0)
+	h.mu.Unlock()
+	h.raster.Refresh()
+}
+
 // Selected returns the selected sequence, if any.
 func (h *Heatmap) Selected() (kvcache.SeqID, bool) {
 	h.mu.Lock()

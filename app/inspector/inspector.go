@@ -41,6 +41,10 @@ type Inspector struct {
 	caption *widget.Label
 	legend  *fyne.Container
 	details *widget.Label
+	// windowLine says which positions and blocks of the selected sequence
+	// the model's sliding-window layers attend; hidden without a window.
+	windowLine *widget.Label
+	window     Window
 
 	name     func(kvcache.SeqID) string
 	group    func(kvcache.SeqID) int64
@@ -60,7 +64,12 @@ func New() *Inspector {
 		caption: widget.NewLabel(""),
 		legend:  container.NewHBox(),
 		details: widget.NewLabel("Hover a block for its details; tap one to draw its sequence's block table."),
+		// The line under the details, shown while a selected sequence
+		// of a model with sliding-window layers has tokens.
+		windowLine: widget.NewLabel(""),
 	}
+	in.windowLine.Truncation = fyne.TextTruncateEllipsis
+	in.windowLine.Hide()
 	in.caption.Truncation = fyne.TextTruncateEllipsis
 	in.caption.Importance = widget.LowImportance
 	in.details.Truncation = fyne.TextTruncateEllipsis
@@ -77,10 +86,13 @@ func New() *Inspector {
 		in.hover = d
 		in.showDetails()
 	}
-	in.Heatmap.OnSelect = func(kvcache.SeqID, bool) { in.showDetails() }
+	in.Heatmap.OnSelect = func(kvcache.SeqID, bool) {
+		in.showLegend()
+		in.showDetails()
+	}
 
 	top := container.NewBorder(nil, nil, widget.NewLabel("Colour by"), nil, in.Modes)
-	heat := container.NewBorder(container.NewVBox(top, in.caption), container.NewVBox(container.NewHScroll(in.legend), in.details), nil, nil, in.Heatmap)
+	heat := container.NewBorder(container.NewVBox(top, in.caption), container.NewVBox(container.NewHScroll(in.legend), in.details, in.windowLine), nil, nil, in.Heatmap)
 	lower := container.NewHSplit(in.History, in.Log)
 	lower.Offset = 0.45
 	bottom := container.NewBorder(in.Gauges, nil, nil, nil, lower)
@@ -115,6 +127,18 @@ func (in *Inspector) SetMode(m Mode) {
 // Select draws seq's block table on the heatmap (ok true), or clears it.
 func (in *Inspector) Select(seq kvcache.SeqID, ok bool) {
 	in.Heatmap.Select(seq, ok)
+	in.showLegend()
+	in.showDetails()
+}
+
+// SetWindow sets the loaded model's sliding window (WindowOf its
+// configuration; the zero Window for none). While a sequence is selected
+// its block table then marks the blocks its windowed layers still attend,
+// and a line under the details says which positions those are.
+func (in *Inspector) SetWindow(w Window) {
+	in.window = w
+	in.Heatmap.SetWindow(w.Size)
+	in.showLegend()
 	in.showDetails()
 }
 
@@ -154,6 +178,9 @@ func (in *Inspector) Snapshot() *kvcache.Snapshot { return in.snap }
 // showLegend rebuilds the legend when it changed.
 func (in *Inspector) showLegend() {
 	entries := Legend(in.Heatmap.Mode(), in.snap, in.group, in.name)
+	if _, ok := in.Heatmap.Selected(); ok && in.window.Size > 0 {
+		entries = append(entries, LegendEntry{WindowColor, "bar: in the sliding window"})
+	}
 	if slices.Equal(entries, in.legendOf) {
 		return
 	}
@@ -185,6 +212,29 @@ func (in *Inspector) showDetails() {
 		text = "Hover a block for its details; tap one to draw its sequence's block table."
 	}
 	in.details.SetText(text)
+	line := ""
+	if seq, ok := in.Heatmap.Selected(); ok {
+		line = WindowLine(in.snap, seq, in.window)
+	}
+	if line != in.windowLine.Text {
+		in.windowLine.SetText(line)
+	}
+	if (line != "") != in.windowLine.Visible() {
+		if line != "" {
+			in.windowLine.Show()
+		} else {
+			in.windowLine.Hide()
+		}
+	}
+}
+
+// WindowDetails returns the line on the sliding window of the selected
+// sequence, or "" when none is shown.
+func (in *Inspector) WindowDetails() string {
+	if !in.windowLine.Visible() {
+		return ""
+	}
+	return in.windowLine.Text
 }
 
 // Details returns the line under the heatmap: the hovered block's details

@@ -134,6 +134,10 @@ type View struct {
 	// Victims is how many of the next eviction victims recency mode marks
 	// in red; 0 means 8.
 	Victims int
+	// Window, when above 0, is the sliding window of the model's windowed
+	// layers, in positions: the selected sequence's blocks that hold its
+	// last Window positions get a WindowColor bar along their bottom.
+	Window int
 }
 
 // paint is what one cell gets: an upper and a lower colour (the same but in
@@ -167,18 +171,26 @@ func Render(dst *image.RGBA, s *kvcache.Snapshot, v View) Grid {
 	paints := cellPaints(s, v, g)
 	var sel map[int]bool // cells of the selected sequence
 	var path []int       // its cells in logical order
+	var windowed []int   // of them, those its sliding-window layers attend
 	if v.Selecting {
 		sel = map[int]bool{}
+		span, hasWindow := WindowSpan(s, v.Selected, v.Window)
+		add := func(logical, cell int) {
+			path = append(path, cell)
+			if hasWindow && span.InWindow(logical) {
+				windowed = append(windowed, cell)
+			}
+		}
 		for _, q := range s.Seqs {
 			if q.ID != v.Selected {
 				continue
 			}
-			for _, id := range q.Blocks {
-				path = append(path, g.DeviceCell(id))
+			for i, id := range q.Blocks {
+				add(i, g.DeviceCell(id))
 			}
-			for _, hid := range q.HostBlocks {
-				if i, ok := slices.BinarySearchFunc(s.Host, hid, func(bi kvcache.BlockInfo, id int) int { return bi.ID - id }); ok {
-					path = append(path, g.HostCell(i))
+			for i, hid := range q.HostBlocks {
+				if h, ok := slices.BinarySearchFunc(s.Host, hid, func(bi kvcache.BlockInfo, id int) int { return bi.ID - id }); ok {
+					add(i, g.HostCell(h))
 				}
 			}
 		}
@@ -209,6 +221,11 @@ func Render(dst *image.RGBA, s *kvcache.Snapshot, v View) Grid {
 		}
 	}
 
+	for _, c := range windowed {
+		if g.Visible(c) {
+			fillRect(dst, windowBar(g.Rect(c)).Add(origin), WindowColor)
+		}
+	}
 	for i := 1; i < len(path); i++ {
 		if g.Visible(path[i-1]) && g.Visible(path[i]) {
 			Line(dst, g.Center(path[i-1]).Add(origin), g.Center(path[i]).Add(origin), MarkColor)
@@ -222,6 +239,12 @@ func Render(dst *image.RGBA, s *kvcache.Snapshot, v View) Grid {
 		outline(dst, r.Intersect(b), MarkColor)
 	}
 	return g
+}
+
+// windowBar is the part of a cell's rectangle r that the sliding-window
+// marker paints: its lowest quarter (at least one pixel row).
+func windowBar(r image.Rectangle) image.Rectangle {
+	return image.Rect(r.Min.X, r.Max.Y-max(1, r.Dy()/4), r.Max.X, r.Max.Y)
 }
 
 // cellPaints decides every cell's colours: the pure colour logic of Render.

@@ -20,6 +20,14 @@
 // different token ranges (sliding-window layers), at the cost of one table
 // and one hash chain per layer; Llama-family models do not need that.
 //
+// So the cache keeps every block of a sequence even for a model with
+// sliding-window layers (gemma3): those layers attend only to the last W
+// positions, but a block spans all layers, and the global layers still
+// read the whole history, so no block can be freed while its sequence
+// lives. The windowed layers' slots of old blocks are simply not read
+// (the window is applied in attention, engine/model); the inspector marks
+// which blocks of a sequence still fall in its window.
+//
 // # The engine's contract
 //
 // A token's RoPE position is its index in Manager.Tokens, always.
