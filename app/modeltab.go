@@ -34,6 +34,11 @@ func modelsDir() (string, error) {
 	return hub.ModelsDir()
 }
 
+// hubFreeSpace, when not nil, answers the downloads' free-space check
+// instead of the file system (hub.Client.FreeSpace): tests set it to play
+// a short disk. Set it before the App is made.
+var hubFreeSpace func(dir string) (uint64, error)
+
 // newHubClient is hub.NewClient on the folder modelsDir names: the
 // endpoint of HF_ENDPOINT, the token of HF_TOKEN (or the token file), five
 // retries. It reads files, so it runs off the UI goroutine.
@@ -46,7 +51,18 @@ func newHubClient() (*hub.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &hub.Client{Endpoint: e, Token: hub.Token(), Dir: dir, Retries: 5}, nil
+	return &hub.Client{Endpoint: e, Token: hub.Token(), Dir: dir, Retries: 5, FreeSpace: hubFreeSpace}, nil
+}
+
+// downloadError is the one line a failed download shows. A short disk,
+// found before a byte is written, says how much is missing where and what
+// to do about it in the app.
+func downloadError(err error) string {
+	if se, ok := errors.AsType[*hub.SpaceError](err); ok {
+		return fmt.Sprintf("Not enough disk space: the download needs %s more and only %s is free in %s. Free some space (or start kvscope with %s set to a folder on another disk), then press Download again.",
+			humanize.IBytes(se.Need), humanize.IBytes(se.Free), se.Dir, ModelsDirEnv)
+	}
+	return "Download failed: " + oneLine(err.Error())
 }
 
 // modelTab is the Models tab and its twin on the first-run screen: the
@@ -625,7 +641,7 @@ func (m *modelTab) startDownload(i int) {
 			case errors.Is(err, context.Canceled):
 				r.state = dlPaused
 			default:
-				r.state, r.err = dlFailed, "Download failed: "+oneLine(err.Error())
+				r.state, r.err = dlFailed, downloadError(err)
 			}
 			m.show(i)
 		})

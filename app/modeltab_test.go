@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -316,6 +317,12 @@ func TestDownloadResumesAfterRestart(t *testing.T) {
 	uithread.Locked(func() { test.Tap(cv.download) })
 	uithread.WaitFor(t, "the held half", func() bool { return partSize(dest) == int64(held) })
 	uithread.Locked(a.Close)
+	if n := partSize(dest); n != int64(held) {
+		t.Fatalf("after closing the app the part holds %d bytes, want the %d received", n, held)
+	}
+	if _, err := os.Stat(dest + ".part.json"); err != nil {
+		t.Fatalf("closing the app lost the part's record: %v", err)
+	}
 
 	b, _ := newApp(t, data)
 	r2, cv2 := tabRow(t, b)
@@ -337,6 +344,62 @@ func TestDownloadResumesAfterRestart(t *testing.T) {
 	got, err := os.ReadFile(dest)
 	if err != nil || sha256.Sum256(got) != sha256.Sum256(content) {
 		t.Fatalf("file after the restart: %v (%d bytes of %d)", err, len(got), len(content))
+	}
+}
+
+// shortDisk makes the downloads' free-space check answer *free bytes
+// (read atomically, so the test may change it while the app runs).
+func shortDisk(t *testing.T, free *atomic.Int64) {
+	t.Helper()
+	hubFreeSpace = func(string) (uint64, error) { return uint64(free.Load()), nil }
+	t.Cleanup(func() { hubFreeSpace = nil })
+}
+
+// A disk too small for the file is found before the download starts: the
+// row says so in words (how much is needed and free, what to do), nothing
+// is fetched or written, and Download works once there is room.
+func TestShortDiskRefusesTheDownload(t *testing.T) {
+	content := downloadModel(t)
+	h := newModelHub(t, content)
+	dir := hubFolders(t, h)
+	dest := filepath.Join(dir, filepath.FromSlash(h.ref.Repo), h.ref.File)
+	var free atomic.Int64
+	free.Store(int64(len(content) / 2))
+	shortDisk(t, &free)
+	a, _ := newApp(t, t.TempDir())
+	r, cv := tabRow(t, a)
+	uithread.Locked(func() { test.Tap(cv.download) })
+	uithread.WaitFor(t, "the refusal", func() bool { return r.state == dlFailed })
+	uithread.Locked(func() {
+		want := fmt.Sprintf("Not enough disk space: the download needs %s more and only %s is free in ",
+			humanize.IBytes(uint64(len(content))), humanize.IBytes(uint64(len(content)/2)))
+		if !strings.HasPrefix(cv.errLine.Text, want) || !strings.Contains(cv.errLine.Text, ModelsDirEnv) || !cv.errLine.Visible() {
+			t.Errorf("error line %q (shown %v), want it to start %q and name %s", cv.errLine.Text, cv.errLine.Visible(), want, ModelsDirEnv)
+		}
+		if !cv.download.Visible() || cv.download.Disabled() || cv.resume.Visible() || cv.bar.Visible() {
+			t.Errorf("after the refusal: download %v (disabled %v), resume %v, bar %v; want only Download", cv.download.Visible(), cv.download.Disabled(), cv.resume.Visible(), cv.bar.Visible())
+		}
+	})
+	if gets := h.gets(); len(gets) != 0 {
+		t.Errorf("%d GETs after a refusal that should come before the download: %q", len(gets), gets)
+	}
+	for _, p := range []string{dest, dest + ".part", dest + ".part.json", filepath.Dir(dest)} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was made although the disk was short", p)
+		}
+	}
+
+	free.Store(1 << 40)
+	uithread.Locked(func() { test.Tap(cv.download) })
+	uithread.WaitFor(t, "the download once there is room", func() bool { return r.state == dlDone })
+	uithread.Locked(func() {
+		if cv.errLine.Visible() || cv.errLine.Text != "" {
+			t.Errorf("the short-disk error %q stays after the download succeeded", cv.errLine.Text)
+		}
+	})
+	got, err := os.ReadFile(dest)
+	if err != nil || sha256.Sum256(got) != sha256.Sum256(content) {
+		t.Fatalf("downloaded file: %v (%d bytes of %d)", err, len(got), len(content))
 	}
 }
 
