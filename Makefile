@@ -11,7 +11,7 @@ APT_PKGS := gcc pkg-config libgl1-mesa-dev xorg-dev
 SHOT_PKGS := xvfb xauth
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test fuzz bench screenshot clean native cuda cuda-toolkit cuda-check metal
+.PHONY: all deps build run test test-openai fuzz bench screenshot clean native cuda cuda-toolkit cuda-check metal
 
 all: build
 
@@ -75,6 +75,18 @@ test: deps $(NATIVE_LIB)
 	$(GO) vet ./...
 	$(GO) test -race ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 5s ./engine/gguf
+	$(MAKE) test-openai
+
+# test-openai runs the official openai npm client against `kvscope serve`
+# on stories260K (test/openai: installed by npm ci from its committed
+# package-lock.json); where node or npm is missing it says so and skips.
+OPENAI_TEST := test/openai
+test-openai: build
+	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
+		echo "test-openai: skipped: node and npm are not installed (the openai client test needs Node.js 20 or later)"; exit 0; \
+	fi; \
+	cd $(OPENAI_TEST) && npm ci --no-audit --no-fund --loglevel=error && \
+	KVSCOPE_BIN=$(CURDIR)/$(BIN) KVSCOPE_TESTDATA=$(abspath $(TESTDATA)) node --test openai.test.mjs
 
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s ./engine/gguf
