@@ -533,9 +533,11 @@ func (a *App) showLive(s *engine.Snapshot, evs []engine.Event, dropped uint64) {
 		return
 	}
 	for _, r := range s.Requests {
+		// One name per thing: a request's label is its name everywhere (a
+		// conversation's is chat.Name's), the same in the engine's log.
 		name, group := r.Label, int64(1_000_000+r.ID)
 		if id, ok := a.chat.ConversationOf(r.ID); ok {
-			name, group = "conversation "+fmt.Sprint(id)+" ("+a.chat.TitleOf(id)+")", id
+			group = id
 		}
 		if name == "" {
 			name = fmt.Sprintf("request %d", r.ID)
@@ -551,16 +553,10 @@ func (a *App) showLive(s *engine.Snapshot, evs []engine.Event, dropped uint64) {
 	lines := make([]string, 0, len(evs))
 	stepByStep := s.Paused || a.teach.delay.Value > 0
 	for _, ev := range evs {
-		if ev.Kind == "step" && !stepByStep {
+		if ev.Kind == engine.EventStep && !stepByStep {
 			continue // one a step at full speed would bury the rest; the Teaching tab explains steps
 		}
-		if ev.Kind == "evict" {
-			// The inspector's line adds how long the blocks sat idle.
-			ce := kvcache.Event{Step: ev.Step, Kind: kvcache.EventEvict, Seq: ev.Seq, Blocks: ev.Blocks, Tokens: ev.Tokens}
-			lines = append(lines, inspector.Describe(ce, a.insp.Snapshot(), a.seqName))
-			continue
-		}
-		lines = append(lines, ev.String())
+		lines = append(lines, ev.String()) // the engine's words, as they are
 	}
 	a.pruneNames(s)
 	a.insp.ShowLines(s.Cache, lines, dropped, s.DecodeTPS)

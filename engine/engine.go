@@ -354,7 +354,7 @@ func (e *Engine) admit(rs *reqState) {
 	e.mu.Unlock()
 	if err := checkFits(rs, e.limits.Load()); err != nil {
 		// The settings changed between Submit and now.
-		e.event(Event{Kind: "finish", Request: rs.id, Text: fmt.Sprintf("%s refused: %v", rs.name(), err)})
+		e.event(Event{Kind: EventFinish, Request: rs.id, Text: fmt.Sprintf("%s refused: %v", rs.name(), err)})
 		rs.end(FinishError, err)
 		return
 	}
@@ -364,7 +364,7 @@ func (e *Engine) admit(rs *reqState) {
 	}
 	e.reqs[rs.id] = rs
 	e.startSample(rs, 0, nil)
-	e.event(Event{Kind: "submit", Request: rs.id, Seq: rs.samples[0].q.ID, Tokens: len(rs.prompt),
+	e.event(Event{Kind: EventSubmit, Request: rs.id, Seq: rs.samples[0].q.ID, Tokens: len(rs.prompt),
 		Text: fmt.Sprintf("%s: %s, n = %d", rs.name(), Count(len(rs.prompt), "prompt token"), rs.req.N)})
 }
 
@@ -465,7 +465,7 @@ func (e *Engine) Pause() error {
 	return e.call(func() error {
 		if !e.paused {
 			e.paused = true
-			e.event(Event{Kind: "pause", Text: "scheduler paused"})
+			e.event(Event{Kind: EventPause, Text: "scheduler paused"})
 		}
 		return nil
 	})
@@ -476,7 +476,7 @@ func (e *Engine) Resume() error {
 	return e.call(func() error {
 		if e.paused {
 			e.paused = false
-			e.event(Event{Kind: "resume", Text: "scheduler resumed"})
+			e.event(Event{Kind: EventResume, Text: "scheduler resumed"})
 		}
 		return nil
 	})
@@ -543,7 +543,7 @@ func (e *Engine) Reconfigure(c Config) error {
 				}
 			}
 			e.setConfig(c)
-			e.event(Event{Kind: "reconfigure", Text: "settings changed (" + describeChange(old, c) + "); the pool is unchanged"})
+			e.event(Event{Kind: EventReconfigure, Text: "settings changed (" + describeChange(old, c) + "); the pool is unchanged"})
 		}
 		if err := e.sch.SetConfig(c.schedConfig()); err != nil {
 			return err
@@ -579,7 +579,7 @@ func (e *Engine) rebuild(old, c Config, why string) error {
 	}
 	e.sch.SetManager(e.mgr)
 	e.requeueOpts()
-	e.event(Event{Kind: "reconfigure", Text: fmt.Sprintf("pool rebuilt (%s): %s of %s, K %s / V %s, %s; %d running and %d swapped %s will recompute, %d still %s",
+	e.event(Event{Kind: EventReconfigure, Text: fmt.Sprintf("pool rebuilt (%s): %s of %s, K %s / V %s, %s; %d running and %d swapped %s will recompute, %d still %s",
 		why, Count(e.mgr.NumBlocks(), "block"), Count(c.Cache.BlockSize, "token"), c.Cache.K, c.Cache.V, c.Cache.Allocator, r, s, Plural(r+s, "sequence"), w, map[bool]string{true: "waits", false: "wait"}[w == 1])})
 	return nil
 }

@@ -44,7 +44,7 @@ func TestOverflowPolicies(t *testing.T) {
 			found := false
 			evs, _, _ := e.Events(0, 0)
 			for _, ev := range evs {
-				if ev.Kind == tc.event {
+				if ev.Kind == EventKind(tc.event) {
 					found = true
 				}
 			}

@@ -117,11 +117,11 @@ func (e *Engine) step() {
 		var small *sched.CacheTooSmallError
 		switch {
 		case errors.As(f.Err, &ce):
-			e.event(Event{Kind: "context-full", Request: s.r.id, Seq: s.q.ID, Text: fmt.Sprintf("%s: %v", s.r.name(), f.Err)})
+			e.event(Event{Kind: EventContextFull, Request: s.r.id, Seq: s.q.ID, Text: fmt.Sprintf("%s: %v", s.r.name(), f.Err)})
 			e.finish(s, FinishLength, fmt.Errorf("the context of %d tokens is full", ce.Limit))
 		case errors.As(f.Err, &small):
 			// The whole cache is this sequence's context limit.
-			e.event(Event{Kind: "context-full", Request: s.r.id, Seq: s.q.ID, Text: fmt.Sprintf("%s: %v", s.r.name(), f.Err)})
+			e.event(Event{Kind: EventContextFull, Request: s.r.id, Seq: s.q.ID, Text: fmt.Sprintf("%s: %v", s.r.name(), f.Err)})
 			e.finish(s, FinishLength, fmt.Errorf("the cache is full: %w", f.Err))
 		default:
 			e.finish(s, FinishError, f.Err)
@@ -131,7 +131,7 @@ func (e *Engine) step() {
 	for _, sh := range plan.Shifts {
 		o := sh.Overflow
 		e.model.ShiftKeys(e.store, e.mgr.BlockTable(sh.Seq.ID), o.RotateFrom, o.RotateTo, -o.Shift)
-		e.event(Event{Kind: "shift", Request: e.seqs[sh.Seq.ID].r.id, Seq: sh.Seq.ID, Tokens: o.DroppedTo - o.DroppedFrom,
+		e.event(Event{Kind: EventShift, Request: e.seqs[sh.Seq.ID].r.id, Seq: sh.Seq.ID, Tokens: o.DroppedTo - o.DroppedFrom,
 			Text: fmt.Sprintf("%s reached its context limit: rolling window dropped tokens %d..%d after the attention sinks and re-positioned %d keys by -%d",
 				e.seqs[sh.Seq.ID].r.name(), o.DroppedFrom, o.DroppedTo-1, o.RotateTo-o.RotateFrom, o.Shift)})
 	}
@@ -175,7 +175,7 @@ func (e *Engine) step() {
 	e.flushCacheEvents(&rep)
 	rep.Explain = rep.explain()
 	e.last = rep
-	e.event(Event{Kind: "step", Text: rep.Explain})
+	e.event(Event{Kind: EventStep, Text: rep.Explain})
 	if time.Since(e.lastSnap) >= snapshotInterval || e.paused || e.watch.any() {
 		e.publish()
 	}
@@ -303,7 +303,7 @@ func (e *Engine) finish(s *seqState, reason FinishReason, err error) {
 	if err != nil {
 		text += ": " + err.Error()
 	}
-	e.event(Event{Kind: "finish", Request: rs.id, Seq: s.q.ID, Tokens: s.generated, Text: text})
+	e.event(Event{Kind: EventFinish, Request: rs.id, Seq: s.q.ID, Tokens: s.generated, Text: text})
 	rs.live--
 	if rs.live == 0 {
 		rs.end(reason, err) // samples never forked (the prompt did not finish) end the same way
@@ -326,7 +326,7 @@ func (e *Engine) cancel(rs *reqState, why string) {
 	if rs.live == 0 {
 		return
 	}
-	e.event(Event{Kind: "cancel", Request: rs.id, Text: fmt.Sprintf("%s cancelled: %s", rs.name(), why)})
+	e.event(Event{Kind: EventCancel, Request: rs.id, Text: fmt.Sprintf("%s cancelled: %s", rs.name(), why)})
 	for _, s := range rs.samples {
 		e.finish(s, FinishCancelled, nil)
 	}
@@ -340,7 +340,7 @@ func (e *Engine) cancelAll() {
 
 // failAll ends every request with err (an engine fault, not the user's).
 func (e *Engine) failAll(err error) {
-	e.event(Event{Kind: "error", Text: err.Error()})
+	e.event(Event{Kind: EventError, Text: err.Error()})
 	for _, rs := range e.reqs {
 		for _, s := range rs.samples {
 			e.finish(s, FinishError, err)

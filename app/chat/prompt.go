@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"fmt"
 	"strings"
 
 	"kvscope/app/store"
@@ -48,4 +49,11 @@ func Title(text string) string {
 		return "New chat"
 	}
 	return b.String()
+}
+
+// Name is a conversation's one name, used wherever it shows (the
+// inspector's legend and details, the engine's event log): "conversation
+// 3 “Once upon a time”". Its request and sequence ids are details.
+func Name(c store.Conversation) string {
+	return fmt.Sprintf("conversation %d “%s”", c.ID, c.Title)
 }

@@ -44,7 +44,7 @@ func (p *Pane) start(id int64) {
 	// The prompt is token ids: the template's control tokens come from its
 	// text alone, and what the user typed is text, so "</s>" or
 	// "<|im_end|>" typed in a message is those characters, not the token.
-	req := engine.Request{Sampling: &sp, MaxTokens: s.MaxTokens, Label: c.Title}
+	req := engine.Request{Sampling: &sp, MaxTokens: s.MaxTokens, Label: Name(*c)}
 	go p.submit(ctx, r, p.eng, p.prompter, conv, req)
 }
 
