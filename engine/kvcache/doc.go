@@ -8,8 +8,19 @@
 // library does this bookkeeping for Go; the design follows vLLM v1: a block
 // pool (the unexported pool: free blocks, hash → cached block, reference
 // counts, eviction order) kept apart from the Manager (block tables,
-// allocation, prefix matching, copy on write, preemption). The scheduler
-// drives the Manager.
+// allocation, prefix matching, copy on write, preemption).
+//
+// Two callers share the Manager, on one goroutine (the engine's). The
+// scheduler (engine/sched) makes the decisions: admission (CachedPrefix,
+// FreeBlocks, Allocate), a step's slots (Append), preemption and swapping
+// (Preempt, SwapIn) and the end of a sequence (Free). The engine (package
+// engine) does what follows a forward pass and what the scheduler cannot
+// know: Commit after the K/V are written, Fork for parallel samples, Tick
+// once per step, the eviction policy (SetEviction), and reading Snapshot,
+// Metrics and Events. A reconfiguration that changes the pool replaces the
+// Manager: the engine drains the scheduler's sequences, builds a new
+// Manager and hands it to the scheduler (sched.SetManager), which requeues
+// them to recompute.
 //
 // # Blocks span all layers
 //
@@ -116,11 +127,6 @@
 // Events go to a bounded ring (EventLog): the manager never waits for a
 // reader; a slow reader learns how many events it missed. Check verifies
 // every invariant, for tests.
-//
-// Sliding-window layers (Gemma 3's local layers) attend only to their last
-// W positions, but a block spans every layer, and the model's global layers
-// still read the whole sequence: the cache keeps all of a sequence's blocks,
-// and the window is applied by attention, not by freeing blocks.
 //
 // The Manager itself is not safe for concurrent use: one goroutine (the
 // engine's) owns it.

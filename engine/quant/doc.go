@@ -32,6 +32,8 @@
 //
 // We wrote this rather than binding ggml because the engine must run with
 // no C toolchain; it is kvscope's reference for every weight format it
-// reads, and its CPU fallback. The native library (native/) implements the
-// same operations faster, and tests compare the two.
+// reads, and its CPU fallback. The native C library (native/, loaded at
+// run time by engine/backend/native, with no cgo) runs the forward pass's
+// quantized products faster, and the model's tests compare its results
+// with this package's.
 package quant
