@@ -1,10 +1,29 @@
 // Package app provides kvscope's Fyne window: the chat pane (package
 // app/chat), the live KV-cache inspector (package app/inspector), the cache
-// controls that reconfigure the engine while it runs, teaching mode (step
-// mode, slow motion, a load generator and one-click lessons), model
+// controls that reconfigure the engine while it runs, with a capacity view
+// (capacity.go), teaching mode (step mode and slow motion in teach.go, the
+// lessons in lessonview.go, the load generator in loadview.go), model
 // handling (open, recent, the built-in demo model, a first-run screen),
 // the Models tab and the scripted session behind `make screenshot` (see
 // ScreenshotEnv).
+//
+// The lessons are data, played by one runner (package app/lesson, which
+// has no window and is tested on its own). Starting one stops the user's
+// replies under way (their text stays) and load, clears the heatmap's
+// selection and sets the heatmap colouring the lesson is watched in; its
+// bar, above the heatmap on the Inspector tab, shows each step's
+// explanation and each promised figure as the runner checked it, with
+// Next, the pace and Stop. While it runs the Controls refuse changes; when
+// it ends or is stopped the runner puts the user's settings back, and the
+// bar the colouring. Lessons send their own requests, so they never become
+// conversations.
+//
+// The capacity view answers the seed's trade-off: for the loaded model and
+// the budget, how many sequences of a chosen length fit at once at each
+// K/V precision and block size (engine.Capacity), with the settings in
+// force and the sequences running on them marked; it follows the
+// block-size and budget sliders while they move. The Controls also refuse,
+// saying why, settings under which no chat could run.
 //
 // The Models tab, and the first-run screen with the same lists, shows the
 // GGUF files found on the machine (package hub's Scan: architecture, size,
