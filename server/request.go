@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 )
 
 // fields is a request body's top-level object, each field still raw, so
@@ -17,11 +16,9 @@ import (
 // are ignored.
 type fields map[string]json.RawMessage
 
-// readFields reads and parses a JSON object body of at most limit bytes.
+// readFields reads and parses a JSON object body of at most limit bytes,
+// whatever its Content-Type says (curl -d sends a form's type).
 func readFields(w http.ResponseWriter, r *http.Request, limit int64) (fields, *apiError) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "application/json") {
-		return nil, &apiError{status: http.StatusUnsupportedMediaType, Message: fmt.Sprintf("the body must be JSON (Content-Type application/json), not %q", ct), Type: typeInvalid}
-	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
