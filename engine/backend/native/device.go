@@ -35,15 +35,15 @@ type Device struct {
 	mu        sync.Mutex // one operation at a time: the library has one stream
 	err       error      // the first failure since the last Read or Sync
 	fallbacks map[string]bool
-	ints      map[string]*upload // the last int arrays uploaded, by role
-	qx        devMem             // quantized activations
-	scratch   devMem             // attention scratch
-	freqs     map[*float32]uintptr
+	ints      map[string]*upload   // the last int arrays uploaded, by role
+	qx        devMem               // quantized activations
+	scratch   devMem               // attention scratch
+	freqs     map[*float32]*upload // RoPE frequency factors, by slice
 }
 
 func newDevice(lib *Lib, d *devLib, kind, name string) *Device {
 	return &Device{lib: lib, d: d, kind: kind, devName: name, fallbacks: map[string]bool{},
-		ints: map[string]*upload{}, freqs: map[*float32]uintptr{}}
+		ints: map[string]*upload{}, freqs: map[*float32]*upload{}}
 }
 
 // Name is the device kind: "cuda", "metal", or "host-device" for the CPU
@@ -487,18 +487,21 @@ func (b *Device) RoPE(x backend.Buffer, heads int, pos []int32, r *backend.Rope)
 	}
 	var fp uintptr
 	if len(r.Freqs) > 0 {
-		if fp = b.freqs[&r.Freqs[0]]; fp == 0 {
-			p, err := b.alloc(int64(len(r.Freqs)) * 4)
-			if err != nil {
-				b.fail("rope", err)
+		// Uploaded once per slice (and again should its values change).
+		u := b.freqs[&r.Freqs[0]]
+		raw := unsafe.Slice((*byte)(unsafe.Pointer(&r.Freqs[0])), 4*len(r.Freqs))
+		if u == nil || !slices.Equal(u.last, raw) {
+			if u == nil {
+				u = &upload{}
+				b.freqs[&r.Freqs[0]] = u
+			}
+			if !b.ensure(&u.mem, int64(len(raw))) || !b.check("rope", b.d.h2d(u.mem.p, unsafe.Pointer(&raw[0]), int64(len(raw)))) {
+				u.last = u.last[:0]
 				return
 			}
-			if !b.check("rope", b.d.h2d(p, unsafe.Pointer(&r.Freqs[0]), int64(len(r.Freqs))*4)) {
-				b.d.free(p)
-				return
-			}
-			b.freqs[&r.Freqs[0]], fp = p, p
+			u.last = append(u.last[:0], raw...)
 		}
+		fp = u.mem.p
 	}
 	neox := int32(btoi(r.NeoX))
 	b.check("rope", b.d.rope(xp, int64(len(pos)), int64(heads), int64(r.HeadDim), int64(r.Dims), pp, r.Base, r.Scale, fp, neox))
