@@ -55,8 +55,14 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	}{e})
 }
 
-// writeJSON answers v with status 200.
+// writeJSON answers v with status 200 (500 if v does not encode: a NaN,
+// say, so that a reply is never cut half-way).
 func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, &apiError{status: http.StatusInternalServerError, Message: "the reply could not be encoded: " + err.Error(), Type: typeServer})
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(v)
+	w.Write(append(b, '\n'))
 }
