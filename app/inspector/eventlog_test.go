@@ -115,7 +115,7 @@ func TestGaugeValues(t *testing.T) {
 	m, _ := buildState(t)
 	x := m.Metrics()
 	got := map[string]Gauge{}
-	for _, g := range GaugeValues(x, 12.34) {
+	for _, g := range GaugeValues(x, kvcache.Paged, 12.34) {
 		got[g.Name] = g
 	}
 	bb := x.BlockBytes
@@ -137,5 +137,24 @@ func TestGaugeValues(t *testing.T) {
 	}
 	if g := got["usage"]; g.Bar != 0.25 {
 		t.Errorf("usage bar %v, want 0.25", g.Bar)
+	}
+}
+
+// TestExternalFragmentationNamesTheAllocator: "(paged)" only under the
+// paged allocator, never in a contiguous pool that happens to have none.
+func TestExternalFragmentationNamesTheAllocator(t *testing.T) {
+	value := func(alloc kvcache.Allocator) string {
+		for _, g := range GaugeValues(kvcache.Metrics{TotalBlocks: 8, FreeBlocks: 8, LargestFreeRun: 8}, alloc, 0) {
+			if g.Name == "external frag." {
+				return g.Value
+			}
+		}
+		return ""
+	}
+	if got := value(kvcache.Paged); got != "0 % (paged)" {
+		t.Errorf("paged: %q", got)
+	}
+	if got := value(kvcache.Contiguous); got != "0.0 %" {
+		t.Errorf("contiguous: %q", got)
 	}
 }

@@ -23,8 +23,9 @@ type Gauge struct {
 
 // GaugeValues formats the cache's metrics, and the engine's generation
 // speed, as the gauges panel shows them. Memory sizes use go-humanize's
-// IEC units.
-func GaugeValues(m kvcache.Metrics, tokensPerSec float64) []Gauge {
+// IEC units. alloc is the allocator in force: the paged one has no
+// external fragmentation by construction, and says so.
+func GaugeValues(m kvcache.Metrics, alloc kvcache.Allocator, tokensPerSec float64) []Gauge {
 	bb := uint64(max(m.BlockBytes, 0))
 	frac := func(a, b float64) float64 {
 		if b <= 0 {
@@ -33,7 +34,7 @@ func GaugeValues(m kvcache.Metrics, tokensPerSec float64) []Gauge {
 		return min(1, max(0, a/b))
 	}
 	ext := fmt.Sprintf("%.1f %%", m.ExternalFragmentation)
-	if m.ExternalFragmentation == 0 && m.LargestFreeRun == m.FreeBlocks+m.CachedBlocks {
+	if alloc == kvcache.Paged {
 		ext = "0 % (paged)"
 	}
 	pre := fmt.Sprint(m.Preemptions)
@@ -75,7 +76,7 @@ type Gauges struct {
 func NewGauges() *Gauges {
 	g := &Gauges{}
 	grid := container.NewGridWithColumns(3)
-	for _, r := range GaugeValues(kvcache.Metrics{}, 0) {
+	for _, r := range GaugeValues(kvcache.Metrics{}, kvcache.Paged, 0) {
 		t := newGaugeTile(r)
 		g.tiles = append(g.tiles, t)
 		grid.Add(t)
@@ -85,9 +86,9 @@ func NewGauges() *Gauges {
 	return g
 }
 
-// Update shows new metrics and speed.
-func (g *Gauges) Update(m kvcache.Metrics, tokensPerSec float64) {
-	for i, r := range GaugeValues(m, tokensPerSec) {
+// Update shows new metrics, the allocator in force and the speed.
+func (g *Gauges) Update(m kvcache.Metrics, alloc kvcache.Allocator, tokensPerSec float64) {
+	for i, r := range GaugeValues(m, alloc, tokensPerSec) {
 		g.tiles[i].set(r)
 	}
 }

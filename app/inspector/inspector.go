@@ -166,7 +166,7 @@ func (in *Inspector) ShowLines(s *kvcache.Snapshot, lines []string, dropped uint
 	}
 	in.snap = s
 	in.Heatmap.SetSnapshot(s)
-	in.Gauges.Update(s.Metrics, tokensPerSec)
+	in.Gauges.Update(s.Metrics, s.Allocator, tokensPerSec)
 	in.History.Add(SampleOf(s.Metrics))
 	in.showLegend()
 	in.showDetails()
