@@ -233,3 +233,39 @@ func TestModelsAndHealth(t *testing.T) {
 		t.Errorf("unknown model: %d", resp.StatusCode)
 	}
 }
+
+// TestCompletionFields: several prompts give n choices each, in order; a
+// seed repeats its text; a stop string ends the text before it.
+func TestCompletionFields(t *testing.T) {
+	ts, _ := newTestServer(t, nil)
+	status, r := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": []string{"Once upon a time", "Lily had a dog"}, "n": 2, "max_tokens": 6, "seed": 3})
+	if status != 200 || len(r["choices"].([]any)) != 4 {
+		t.Fatalf("%d %v", status, r)
+	}
+	for i, c := range r["choices"].([]any) {
+		if int(c.(map[string]any)["index"].(float64)) != i {
+			t.Errorf("choice %d has index %v", i, c.(map[string]any)["index"])
+		}
+	}
+	text := func(r map[string]any) string { return r["choices"].([]any)[0].(map[string]any)["text"].(string) }
+	req := map[string]any{"prompt": "Once upon a time", "max_tokens": 20, "seed": 42, "temperature": 1}
+	_, a := post(t, ts.URL+"/v1/completions", req)
+	_, b := post(t, ts.URL+"/v1/completions", req)
+	if text(a) != text(b) {
+		t.Errorf("seed 42 gave %q, then %q", text(a), text(b))
+	}
+	// Stop at the first space of the greedy text.
+	_, g := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0})
+	full := text(g)
+	i := strings.Index(strings.TrimLeft(full, " "), " ")
+	if i < 0 {
+		t.Fatalf("greedy text %q has no space", full)
+	}
+	word := strings.TrimLeft(full, " ")[i+1:]
+	word = strings.Fields(word)[0]
+	_, st := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stop": []string{word}})
+	c := st["choices"].([]any)[0].(map[string]any)
+	if got := c["text"].(string); strings.Contains(got, word) || !strings.HasPrefix(full, got) || c["finish_reason"] != "stop" {
+		t.Errorf("stop %q: text %q (%v), full %q", word, got, c["finish_reason"], full)
+	}
+}
