@@ -134,6 +134,9 @@ func (v *lessonView) start(l *lesson.Lesson) {
 		a.setStatus(errNoModel.Error())
 		return
 	}
+	if v.run == nil || v.run.ended {
+		v.userMode = a.insp.Heatmap.Mode() // else the lesson under way holds it
+	}
 	var prev chan struct{}
 	if v.run != nil {
 		prev = v.run.done
@@ -146,9 +149,6 @@ func (v *lessonView) start(l *lesson.Lesson) {
 			a.chat.Stop(c.ID)
 			stopped++
 		}
-	}
-	if prev == nil {
-		v.userMode = a.insp.Heatmap.Mode()
 	}
 	a.insp.Select(0, false) // none of the user's selection
 	if m, err := inspector.ParseMode(l.Mode); err == nil {
