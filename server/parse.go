@@ -27,6 +27,7 @@ type genRequest struct {
 
 // Bounds of fields with no flag.
 const (
+	maxChoices    = 64  // prompts times n, where MaxN is lower
 	maxStops      = 16  // stop strings
 	maxStopBytes  = 256 // bytes of one stop string
 	labelWords    = 5   // words of a request's label
@@ -58,6 +59,9 @@ func (s *Server) parse(f fields, isChat bool) (*genRequest, *apiError) {
 			return nil, badRequest("n", "", "n is %d; it must be from 1 to %d", n, s.limits.MaxN)
 		}
 		g.n = int(n)
+	}
+	if c := len(g.prompts) * g.n; c > max(maxChoices, s.limits.MaxN) {
+		return nil, badRequest("n", "", "%d prompts with n = %d make %d choices; at most %d", len(g.prompts), g.n, c, max(maxChoices, s.limits.MaxN))
 	}
 	if e := s.parseMaxTokens(f, g); e != nil {
 		return nil, e

@@ -108,6 +108,9 @@ func TestStreamIncludeUsage(t *testing.T) {
 		}
 		evs := sseEvents(t, resp.Body)
 		resp.Body.Close()
+		if chat && !strings.Contains(evs[0], `"delta":{"content":"","role":"assistant"}`) {
+			t.Errorf("the first chat chunk %s does not give the role", evs[0])
+		}
 		if len(evs) < 3 || evs[len(evs)-1] != "[DONE]" {
 			t.Fatalf("chat %v: events %q", chat, evs)
 		}
@@ -166,6 +169,7 @@ func TestBadRequests(t *testing.T) {
 		{"/v1/completions", map[string]any{"prompt": "Hi", "max_tokens": 0}, "at least 1"},
 		{"/v1/completions", map[string]any{"prompt": "Hi", "n": 100000}, "n is 100000; it must be from 1 to 16"},
 		{"/v1/completions", map[string]any{"prompt": "Hi", "n": "3"}, "n must be an integer"},
+		{"/v1/completions", map[string]any{"prompt": []string{"a", "b", "c", "d", "e"}, "n": 16}, "make 80 choices; at most 64"},
 		{"/v1/completions", map[string]any{"prompt": "Hi", "temperature": 5}, "temperature is 5"},
 		{"/v1/completions", map[string]any{"prompt": "Hi", "temperature": "hot"}, "temperature must be a number"},
 		{"/v1/completions", map[string]any{"prompt": "Hi", "top_p": 0}, "top_p is 0"},
