@@ -178,7 +178,7 @@ __global__ void matvec_quant(const uint8_t *__restrict__ w, int64_t rows, int64_
 }
 
 /* matvec_float: the same for F32 and F16 weights times float activations:
- * lane l takes elements 2l, 2l+1 of every 64 (half2 loads for F16). */
+ * lane l takes elements 2l, 2l+1 of every 64. */
 template <uint32_t T, int NV>
 __global__ void matvec_float(const uint8_t *__restrict__ w, int64_t rows, int64_t row0, int64_t row1, int64_t cols,
                              const float *__restrict__ x, int64_t n, float *__restrict__ out) {
