@@ -24,4 +24,13 @@
 // calls (pool.go), each range one C call; the library starts no threads of
 // its own (native/README.md has the measurements behind that). Q4_0 and
 // Q8_0 weights are multiplied from a packed copy (Pack, MatMulPacked).
+//
+// Device backends: OpenDevice loads a GPU library of the same ABI
+// (libkvscope_cuda.so from native/cuda, libkvscope_metal.dylib from
+// native/metal) and returns a Device, an engine/backend Backend that owns
+// its memory: weights uploaded once, activation buffers and the K/V cache
+// (device copies behind kvcache.Storage) on the device, only token ids,
+// positions, block tables and logits crossing per step (device*.go).
+// NewHostDevice runs the same code on the CPU library's host memory, which
+// is how it is tested on machines without a GPU. Choose picks CUDA first.
 package native
