@@ -27,6 +27,13 @@ const testContext = 512
 // engine's and the server's settings.
 func newTestServer(t testing.TB, edit func(*engine.Config, *Config)) (*httptest.Server, *engine.Engine) {
 	t.Helper()
+	ts, e, _ := newTestServerFull(t, edit)
+	return ts, e
+}
+
+// newTestServerFull is newTestServer that also returns the Server.
+func newTestServerFull(t testing.TB, edit func(*engine.Config, *Config)) (*httptest.Server, *engine.Engine, *Server) {
+	t.Helper()
 	m, err := model.Load(testshared.Path(t, "models/stories260K.gguf"))
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +65,7 @@ func newTestServer(t testing.TB, edit func(*engine.Config, *Config)) (*httptest.
 	}
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
-	return ts, e
+	return ts, e, s
 }
 
 // post sends body (a string as it is, anything else as JSON) and returns
