@@ -43,15 +43,21 @@ cuda:
 	$(MAKE) -C native/cuda NVCC=$(NVCC)
 
 # cuda-toolkit adds Debian's contrib and non-free components (a sources
-# file of its own) and installs nvidia-cuda-toolkit, unless nvcc exists.
+# file of its own, for this machine's Debian release) and installs
+# nvidia-cuda-toolkit, unless nvcc exists. Elsewhere (Ubuntu: multiverse)
+# it tries the install as the sources stand.
 CUDA_SOURCES := /etc/apt/sources.list.d/kvscope-cuda.sources
 cuda-toolkit:
 	@if command -v nvcc >/dev/null 2>&1; then echo "nvcc is installed: $$(command -v nvcc)"; exit 0; fi; \
-	if [ ! -f $(CUDA_SOURCES) ]; then \
-		printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' | $(SUDO) tee $(CUDA_SOURCES) >/dev/null; \
+	. /etc/os-release; \
+	if [ "$$ID" = debian ] && [ ! -f $(CUDA_SOURCES) ]; then \
+		echo "adding Debian $$VERSION_CODENAME contrib non-free ($(CUDA_SOURCES))"; \
+		printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: %s %s-updates\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+			"$$VERSION_CODENAME" "$$VERSION_CODENAME" | $(SUDO) tee $(CUDA_SOURCES) >/dev/null; \
 	fi; \
 	$(SUDO) apt-get update -qq && \
-	DEBIAN_FRONTEND=noninteractive $(SUDO) nice -n 10 apt-get install -y -qq --no-install-recommends nvidia-cuda-toolkit
+	DEBIAN_FRONTEND=noninteractive $(SUDO) nice -n 10 apt-get install -y -qq --no-install-recommends nvidia-cuda-toolkit || \
+		{ echo "make cuda-toolkit: could not install nvidia-cuda-toolkit (Debian: contrib non-free; Ubuntu: multiverse)"; exit 1; }
 
 # cuda-check is CI's compile check: the CUDA library for sm_80 and sm_90,
 # installing the toolkit first when nvcc is missing. No GPU is needed.
