@@ -9,7 +9,11 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 )
+
+// bodyTimeout bounds the reading of a request body.
+const bodyTimeout = time.Minute
 
 // fields is a request body's top-level object, each field still raw, so
 // that a field of the wrong type is named in the error and unknown fields
@@ -19,7 +23,12 @@ type fields map[string]json.RawMessage
 // readFields reads and parses a JSON object body of at most limit bytes,
 // whatever its Content-Type says (curl -d sends a form's type).
 func readFields(w http.ResponseWriter, r *http.Request, limit int64) (fields, *apiError) {
+	// A client that sends its body slowly gets bodyTimeout, not for ever
+	// (the deadline is lifted for the reply, which may stream for long).
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(bodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, &apiError{status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than the limit of %d bytes", limit), Type: typeInvalid, Code: strp("request_too_large")}
