@@ -16,13 +16,22 @@ const SnapshotSchemaVersion = 1
 
 // snapshotReply is /v1/kvcache/snapshot's body.
 type snapshotReply struct {
-	SchemaVersion int              `json:"schema_version"`
-	Model         string           `json:"model"`
-	Snapshot      *engine.Snapshot `json:"snapshot"`
+	SchemaVersion int    `json:"schema_version"`
+	Model         string `json:"model"`
+	// Settings names the snapshot's settings that the engine's JSON gives
+	// as numbers (precisions, policies).
+	Settings map[string]string `json:"settings"`
+	Snapshot *engine.Snapshot  `json:"snapshot"`
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, snapshotReply{SchemaVersion: SnapshotSchemaVersion, Model: s.model, Snapshot: s.e.Snapshot()})
+	snap := s.e.Snapshot()
+	c := snap.Config
+	writeJSON(w, snapshotReply{SchemaVersion: SnapshotSchemaVersion, Model: s.model, Snapshot: snap, Settings: map[string]string{
+		"k": c.Cache.K.String(), "v": c.Cache.V.String(), "eviction": c.Cache.Eviction.String(),
+		"preempt": c.Cache.Preempt.String(), "allocator": c.Cache.Allocator.String(),
+		"overflow": c.Cache.Overflow.String(), "policy": c.Sched.Policy.String(),
+	}})
 }
 
 // How /v1/kvcache/events follows the log: it polls (the engine's notify

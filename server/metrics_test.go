@@ -189,13 +189,17 @@ func TestSnapshotAndEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	var snap struct {
-		SchemaVersion int             `json:"schema_version"`
-		Snapshot      engine.Snapshot `json:"snapshot"`
+		SchemaVersion int               `json:"schema_version"`
+		Settings      map[string]string `json:"settings"`
+		Snapshot      engine.Snapshot   `json:"snapshot"`
 	}
 	err = json.NewDecoder(resp.Body).Decode(&snap)
 	resp.Body.Close()
 	if err != nil || snap.SchemaVersion != SnapshotSchemaVersion {
 		t.Fatalf("snapshot: %v, schema %d", err, snap.SchemaVersion)
+	}
+	if snap.Settings["k"] != "f16" || snap.Settings["eviction"] != "lru" {
+		t.Errorf("settings %v", snap.Settings)
 	}
 	if snap.Snapshot.Cache == nil || len(snap.Snapshot.Cache.Blocks) != snap.Snapshot.Cache.Metrics.TotalBlocks || snap.Snapshot.Context != testContext {
 		t.Errorf("snapshot %+v", snap.Snapshot)
