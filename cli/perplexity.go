@@ -7,7 +7,6 @@ import (
 
 	"kvscope/engine"
 	"kvscope/engine/kvcache"
-	"kvscope/engine/kvstore"
 	"kvscope/engine/model"
 	"kvscope/engine/sample"
 )
@@ -127,16 +126,8 @@ const maxRows = 256
 // calls each with every position's logits, in order; the logits are not
 // kept after each returns.
 func teacherForced(m *model.Model, ids []int, c engine.CacheConfig, ctx int, each func(pos int, logits []float32)) error {
-	sc, _, err := engine.PoolConfig(m, c, ctx, 1)
-	if err != nil {
-		return err
-	}
-	st, err := kvstore.New(sc)
-	if err != nil {
-		return err
-	}
-	mgr, err := kvcache.New(kvcache.Config{BlockSize: sc.BlockSize, BlockBytes: kvstore.BlockBytes(sc), Budget: int64(sc.Blocks) * int64(kvstore.BlockBytes(sc)),
-		Allocator: c.Allocator, Eviction: c.Eviction, MaxLen: len(ids)}, st)
+	st, mgr, err := engine.NewPool(m, c, max(ctx, len(ids)), 1, 0) // one sequence: the window
+
 	if err != nil {
 		return err
 	}

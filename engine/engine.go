@@ -101,34 +101,48 @@ func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
 // build makes the store and manager for cfg (the loop's state).
 func (e *Engine) build(cfg Config) error {
-	ctx := e.context(cfg)
-	sc, budget, err := e.storeConfig(cfg.Cache, ctx, cfg.Sched.MaxSeqs)
-	if err != nil {
-		return err
-	}
-	st, err := e.model.NewCache(sc)
-	if err != nil {
-		return err
-	}
-	host := cfg.Cache.HostBudget
-	if host == 0 {
-		host = budget
-	}
 	var step int64
 	if e.mgr != nil {
 		step = e.mgr.Step()
 	}
-	mgr, err := kvcache.New(kvcache.Config{FirstStep: step,
-		BlockSize: sc.BlockSize, BlockBytes: kvstore.BlockBytes(sc), Budget: int64(sc.Blocks) * int64(kvstore.BlockBytes(sc)),
-		HostBudget: host, Allocator: cfg.Cache.Allocator, Eviction: cfg.Cache.Eviction,
-		KPrecision: sc.K.String(), VPrecision: sc.V.String(), MaxLen: ctx, Overflow: cfg.Cache.Overflow,
-	}, st)
+	st, mgr, err := NewPool(e.model, cfg.Cache, e.context(cfg), cfg.Sched.MaxSeqs, step)
 	if err != nil {
 		return err
 	}
 	e.store, e.mgr, e.cacheCursor = st, mgr, 0
 	e.setConfig(cfg)
 	return nil
+}
+
+// NewPool builds a paged KV cache for model m under cache settings c: the
+// K/V tensors on m's backend (m.NewCache), sized by PoolConfig for
+// maxSeqs sequences of ctx tokens, and the cache manager over them, with
+// ctx as every sequence's context limit; its steps count from firstStep.
+// It is the one constructor of a pool: the engine builds each of its pools
+// with it, and so does anything that runs the model on a cache of its own
+// (the perplexity command).
+func NewPool(m *model.Model, c CacheConfig, ctx, maxSeqs int, firstStep int64) (backend.Cache, *kvcache.Manager, error) {
+	sc, budget, err := PoolConfig(m, c, ctx, maxSeqs)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := m.NewCache(sc)
+	if err != nil {
+		return nil, nil, err
+	}
+	host := c.HostBudget
+	if host == 0 {
+		host = budget
+	}
+	mgr, err := kvcache.New(kvcache.Config{FirstStep: firstStep,
+		BlockSize: sc.BlockSize, BlockBytes: kvstore.BlockBytes(sc), Budget: int64(sc.Blocks) * int64(kvstore.BlockBytes(sc)),
+		HostBudget: host, Allocator: c.Allocator, Eviction: c.Eviction,
+		KPrecision: sc.K.String(), VPrecision: sc.V.String(), MaxLen: ctx, Overflow: c.Overflow,
+	}, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, mgr, nil
 }
 
 // limits is what a request is checked against before it reaches the loop.
