@@ -12,12 +12,10 @@
  * (never on the batch, nor on the block size), so results are
  * batch-invariant and block-size-invariant.
  *
- * Prefill rows (a prompt chunk: many rows of one sequence) run through the
- * same kernel, one thread block per (row, KV head, worker); their K/V rows
- * are read once per row (from L2 for the rows of one chunk), not shared
- * among the rows of a tile as a FlashAttention-style prefill kernel would.
- * That keeps each row's arithmetic the same whether it decodes alone or
- * comes in a prompt chunk. */
+ * Prefill (kvs_attention given at least TILE_MIN_ROWS rows) runs
+ * attn_tile_kernel instead: the rows of a prompt chunk share each decoded K
+ * and V row through shared memory, while every row's arithmetic stays the
+ * decode kernel's, so a row gets the same bits whichever kernel runs. */
 #include <math.h>
 
 #include "common.cuh"
@@ -27,6 +25,7 @@
 #define WORKERS 64   /* thread blocks a (row, KV head) at most */
 #define ATT_THREADS 128
 #define HCHUNK 8     /* query heads a thread keeps in registers at a time */
+#define TILE_MIN_ROWS 16 /* rows from which kvs_attention runs the prefill kernel */
 
 /* attended returns the first attended position and the count for a row
  * of n_pos positions. */
@@ -139,6 +138,177 @@ __global__ void attn_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, int32_
 	}
 }
 
+/* attn_tile_kernel is the prefill path: thread block (tile of R rows, KV
+ * head). Runs of consecutive rows with the same block table and first
+ * position (a prompt chunk's rows, which differ only in their lengths) share
+ * each decoded K and V row of a partition through shared memory, in tiles of
+ * TILE_CH positions, instead of decoding it once per row. Every row's
+ * arithmetic is the decode kernel's, operation for operation (scores as the
+ * same lane sums and butterfly, the partition's softmax in the same order,
+ * values summed position by position, partition p merged into worker slot
+ * p % WORKERS exactly as worker p % WORKERS merges it), so a row gets the
+ * same bits here as from attn_kernel: which kernel runs cannot show. */
+#define TILE_CH 32
+#define TILE_THREADS 256
+
+__global__ void attn_tile_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, int32_t layer, int32_t heads, int32_t head0,
+                                 int32_t G, int32_t window, float scale, const float *__restrict__ q,
+                                 const int32_t *__restrict__ n_pos, const int32_t *__restrict__ tables,
+                                 const int64_t *__restrict__ table_off, float *__restrict__ wmax, float *__restrict__ wsum,
+                                 float *__restrict__ wacc, float *__restrict__ out, int64_t n, int R) {
+	extern __shared__ float sm[];
+	const int D = K.head_dim, B = K.block_size, RG = R * G;
+	const int kvh = head0 / G + blockIdx.y, h0 = kvh * G;
+	const int tid = threadIdx.x, warp = tid / KVS_WARP, lane = tid % KVS_WARP, warps = blockDim.x / KVS_WARP;
+	float *qs = sm, *as = qs + RG * D, *sc = as + RG * D, *kt = sc + RG * PART, *pm = kt + TILE_CH * D, *ps = pm + RG;
+	int *okf = (int *)(ps + RG), *cnt = okf + TILE_CH;
+	const int64_t r0 = (int64_t)blockIdx.x * R, r1 = min(n, r0 + R);
+	for (int64_t gs = r0; gs < r1;) {
+		/* the run of rows sharing gs's table and first position */
+		int f0, c0;
+		attended(n_pos[gs], window, &f0, &c0);
+		const int64_t off0 = table_off[gs];
+		int64_t ge = gs + 1;
+		int maxc = c0;
+		while (ge < r1) {
+			int f, c;
+			attended(n_pos[ge], window, &f, &c);
+			if (f != f0 || table_off[ge] != off0) break;
+			maxc = max(maxc, c);
+			ge++;
+		}
+		const int nr = (int)(ge - gs);
+		const int32_t *table = tables + off0;
+		for (int e = tid; e < nr * G * D; e += blockDim.x)
+			qs[e] = q[((gs + e / (G * D)) * heads + h0) * D + e % (G * D)];
+		for (int i = tid; i < nr; i += blockDim.x) {
+			int f, c;
+			attended(n_pos[gs + i], window, &f, &c);
+			cnt[i] = c;
+		}
+		__syncthreads();
+		const int np_max = (maxc + PART - 1) / PART;
+		for (int p = 0; p < np_max; p++) {
+			const int p0 = f0 + p * PART, npos = min(PART, f0 + maxc - p0);
+			/* scores, a tile of positions at a time */
+			for (int c = 0; c < npos; c += TILE_CH) {
+				const int cn = min(TILE_CH, npos - c);
+				for (int e = tid; e < cn * D; e += blockDim.x) {
+					int i = e / D, d = e % D, t = p0 + c + i, blk = table[t / B];
+					bool ok = blk >= 0 && blk < K.blocks;
+					kt[e] = ok ? kv_value(K, (int64_t)layer * K.blocks + blk, kvh, t % B, d) : 0.0f;
+					if (d == 0) okf[i] = ok;
+				}
+				__syncthreads();
+				for (int pr = warp; pr < nr * cn; pr += warps) {
+					int row = pr / cn, i = pr % cn, ii = c + i;
+					if (ii >= min(PART, cnt[row] - p * PART)) continue;
+					for (int g0 = 0; g0 < G; g0 += HCHUNK) {
+						float a[HCHUNK];
+#pragma unroll
+						for (int k = 0; k < HCHUNK; k++) a[k] = 0;
+						if (okf[i])
+							for (int d = lane; d < D; d += KVS_WARP) {
+								float kv = kt[i * D + d];
+#pragma unroll
+								for (int k = 0; k < HCHUNK; k++)
+									if (g0 + k < G) a[k] += qs[(row * G + g0 + k) * D + d] * kv;
+							}
+#pragma unroll
+						for (int k = 0; k < HCHUNK; k++) {
+							float s = warp_sum(a[k]);
+							if (lane == 0 && g0 + k < G) sc[(row * G + g0 + k) * PART + ii] = okf[i] ? s * scale : -INFINITY;
+						}
+					}
+				}
+				__syncthreads();
+			}
+			/* the partition's softmax, per (row, query head) */
+			for (int pr = warp; pr < nr * G; pr += warps) {
+				int row = pr / G, np = min(PART, cnt[row] - p * PART);
+				if (np <= 0) continue;
+				float *srow = sc + pr * PART;
+				float m = -INFINITY;
+				for (int i = lane; i < np; i += KVS_WARP) m = fmaxf(m, srow[i]);
+				m = warp_max(m);
+				float s = 0;
+				for (int i = lane; i < np; i += KVS_WARP) {
+					float pv = m == -INFINITY ? 0.0f : expf(srow[i] - m);
+					srow[i] = pv;
+					s += pv;
+				}
+				s = warp_sum(s);
+				if (lane == 0) pm[pr] = m, ps[pr] = s;
+			}
+			for (int e = tid; e < nr * G * D; e += blockDim.x) as[e] = 0;
+			__syncthreads();
+			/* values, a tile of positions at a time, summed in order */
+			for (int c = 0; c < npos; c += TILE_CH) {
+				const int cn = min(TILE_CH, npos - c);
+				for (int e = tid; e < cn * D; e += blockDim.x) {
+					int i = e / D, d = e % D, t = p0 + c + i, blk = table[t / B];
+					bool ok = blk >= 0 && blk < V.blocks;
+					kt[e] = ok ? kv_value(V, (int64_t)layer * V.blocks + blk, kvh, t % B, d) : 0.0f;
+					if (d == 0) okf[i] = ok;
+				}
+				__syncthreads();
+				for (int e = tid; e < nr * G * D; e += blockDim.x) {
+					int row = e / (G * D), pr = e / D, d = e % D, np = min(PART, cnt[row] - p * PART);
+					float a = as[e];
+					for (int i = 0; i < cn && c + i < np; i++) {
+						if (!okf[i]) continue;
+						a += sc[pr * PART + c + i] * kt[i * D + d];
+					}
+					as[e] = a;
+				}
+				__syncthreads();
+			}
+			/* merge into worker slot p % WORKERS, or write out a row of one
+			 * partition: the decode kernel's operations */
+			for (int e = tid; e < nr * G * D; e += blockDim.x) {
+				int row = e / (G * D), pr = e / D, g = pr % G, d = e % D;
+				int nparts = (cnt[row] + PART - 1) / PART;
+				if (p >= nparts) continue;
+				int64_t hq = (gs + row) * heads + h0 + g;
+				float m = pm[pr], s = ps[pr];
+				if (nparts == 1) {
+					float nm = fmaxf(-INFINITY, m), al = 0.0f, be = m == -INFINITY ? 0.0f : expf(m - nm);
+					float S = 0.0f * al + s * be, acc = 0.0f * al + as[e] * be;
+					(void)nm;
+					out[hq * D + d] = S > 0 ? acc / S : 0.0f;
+				} else if (wacc) {
+					int64_t slot = hq * WORKERS + p % WORKERS;
+					float M0 = p < WORKERS ? -INFINITY : wmax[slot], A0 = p < WORKERS ? 0.0f : wacc[slot * D + d];
+					float nm = fmaxf(M0, m);
+					float al = M0 == -INFINITY ? 0.0f : expf(M0 - nm), be = m == -INFINITY ? 0.0f : expf(m - nm);
+					wacc[slot * D + d] = A0 * al + as[e] * be;
+				} else {
+					out[hq * D + d] = 0.0f; /* no scratch for a row longer than a partition */
+				}
+			}
+			__syncthreads();
+			for (int pr = tid; pr < nr * G && wacc; pr += blockDim.x) {
+				int row = pr / G, g = pr % G, nparts = (cnt[row] + PART - 1) / PART;
+				if (p >= nparts || nparts == 1) continue;
+				int64_t slot = ((gs + row) * heads + h0 + g) * WORKERS + p % WORKERS;
+				float m = pm[pr], s = ps[pr];
+				float M0 = p < WORKERS ? -INFINITY : wmax[slot], S0 = p < WORKERS ? 0.0f : wsum[slot];
+				float nm = fmaxf(M0, m);
+				float al = M0 == -INFINITY ? 0.0f : expf(M0 - nm), be = m == -INFINITY ? 0.0f : expf(m - nm);
+				wsum[slot] = S0 * al + s * be;
+				wmax[slot] = nm;
+			}
+			__syncthreads();
+		}
+		gs = ge;
+	}
+}
+
+/* tile_smem is the prefill kernel's shared memory for tiles of R rows. */
+static size_t tile_smem(int64_t R, int64_t G, int64_t D) {
+	return (size_t)(2 * R * G * D + R * G * PART + TILE_CH * D + 2 * R * G + TILE_CH + R) * sizeof(float);
+}
+
 /* reduce_kernel merges the workers' partial results of rows longer than
  * one partition, in worker order. */
 __global__ void reduce_kernel(int32_t heads, int32_t head0, int32_t D, int32_t window, const int32_t *__restrict__ n_pos,
@@ -218,8 +388,26 @@ KVS_EXPORT int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_p
 	      *wacc = scratch ? scratch + 2 * n * heads * WORKERS : NULL;
 	dim3 grid((unsigned)n, (unsigned)((head1 - head0) / G), scratch ? WORKERS : 1);
 	cudaStream_t st = kvs_stream();
-	attn_kernel<<<grid, ATT_THREADS, smem, st>>>(*k, *v, layer, heads, head0, G, window, scale, q, n_pos, tables, table_off,
-	                                             wmax, wsum, wacc, out);
+	/* Many rows (a prompt chunk): the prefill kernel, in tiles of the most
+	 * rows its shared memory holds; it gives every row the decode kernel's
+	 * bits, so the choice cannot change a result. */
+	int R = 0;
+	if (n >= TILE_MIN_ROWS)
+		for (int r = 16; r >= 2 && !R; r /= 2)
+			if (tile_smem(r, G, k->head_dim) <= (size_t)max_smem()) R = r;
+	if (R) {
+		size_t ts = tile_smem(R, G, k->head_dim);
+		if (ts > 48 * 1024) {
+			cudaError_t err = cudaFuncSetAttribute(attn_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ts);
+			if (err != cudaSuccess) return kvs_record("attention shared memory", err);
+		}
+		dim3 tg((unsigned)((n + R - 1) / R), (unsigned)((head1 - head0) / G));
+		attn_tile_kernel<<<tg, TILE_THREADS, ts, st>>>(*k, *v, layer, heads, head0, G, window, scale, q, n_pos, tables,
+		                                               table_off, wmax, wsum, wacc, out, n, R);
+	} else {
+		attn_kernel<<<grid, ATT_THREADS, smem, st>>>(*k, *v, layer, heads, head0, G, window, scale, q, n_pos, tables,
+		                                             table_off, wmax, wsum, wacc, out);
+	}
 	if ((rc = kvs_launched("attention")) != KVS_OK || !scratch) return rc;
 	reduce_kernel<<<dim3((unsigned)n, (unsigned)(head1 - head0)), ATT_THREADS, 0, st>>>(heads, head0, k->head_dim, window, n_pos,
 	                                                                               wmax, wsum, wacc, out);

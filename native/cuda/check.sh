@@ -9,7 +9,8 @@
 #    the GPUs, default 80 90: A100, H100/H200);
 # 2. runs the parity tests with the CUDA backend (KVSCOPE_BACKEND=cuda):
 #    every device operation against the Go backend (TestDeviceOps,
-#    TestDeviceErrors, TestDeviceEngine: the engine generating, refusals
+#    TestDeviceErrors, TestDeviceAttentionInvariance: the prefill kernel
+#    gives a row the decode kernel's bits, TestDeviceEngine: the engine generating, refusals
 #    through engine.New and Reconfigure) and the model's accuracy and invariance tests on
 #    device caches (TestDeviceBackend: llama.cpp's greedy output and logits
 #    on stories260K, every parity file within the CPU bounds, batch and
@@ -54,7 +55,7 @@ step() {
 }
 
 echo "== parity: device operations against the Go backend"
-step '^(--- |    |ok)' go test -count=1 -run 'TestDeviceOps|TestDeviceErrors|TestDeviceEngine|TestChoose' -v ./engine/backend/native/
+step '^(--- |    |ok)' go test -count=1 -run 'TestDeviceOps|TestDeviceErrors|TestDeviceEngine|TestDeviceAttentionInvariance|TestChoose' -v ./engine/backend/native/
 
 echo "== parity: the model on the CUDA backend"
 step 'parity-|textA|after a shift|fallbacks|cuda on|^(--- FAIL|ok)' go test -count=1 -run 'TestDeviceBackend' -v ./engine/model/

@@ -272,3 +272,77 @@ func TestDeviceErrors(t *testing.T) {
 		t.Error("a Q4_0 weight of 33 columns was taken")
 	}
 }
+
+// TestDeviceAttentionInvariance: a row's attention output has the same bits
+// alone (the decode path) and among the 40 rows of a prompt chunk plus a
+// decode row of another sequence (on CUDA: the prefill kernel, tiles of
+// rows sharing their K/V reads), across partition boundaries (contexts over
+// 256 positions: partial results and their reduction), with and without a
+// sliding window, and bounded against the Go backend.
+func TestDeviceAttentionInvariance(t *testing.T) {
+	d := hostDevice(t)
+	r := rand.New(rand.NewPCG(4, 4))
+	cfg := kvstore.Config{Layers: 1, KVHeads: 2, HeadDim: 64, BlockSize: 16, Blocks: 48, K: kvstore.F16, V: kvstore.Q8_0}
+	const heads = 8
+	row, qd := cfg.KVHeads*cfg.HeadDim, heads*cfg.HeadDim
+	c, err := d.NewCache(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc, _ := backend.Go().NewCache(cfg)
+	// Sequence A: positions 0..579 in blocks 0..36 (scattered); B: 0..19 in 40, 41.
+	tabA := make([]int32, 37)
+	for i := range tabA {
+		tabA[i] = int32((i * 7) % 37)
+	}
+	tabB := []int32{40, 41}
+	var slots []int32
+	for p := range 580 {
+		slots = append(slots, tabA[p/16]*16+int32(p%16))
+	}
+	for p := range 20 {
+		slots = append(slots, tabB[p/16]*16+int32(p%16))
+	}
+	k, v := randVec(r, len(slots)*row), randVec(r, len(slots)*row)
+	for _, be := range []backend.Backend{d, backend.Go()} {
+		cc := c
+		if be != backend.Backend(d) {
+			cc = gc
+		}
+		be.WriteKV(cc, 0, toDevice(t, be, k), toDevice(t, be, v), slots)
+	}
+	// The batch: 40 prompt rows of A (positions 540..579), then B's row 19.
+	var pos []int32
+	for p := 540; p < 580; p++ {
+		pos = append(pos, int32(p))
+	}
+	pos = append(pos, 19)
+	rows := &backend.Rows{Pos: pos, Seqs: []int32{0, 40, 41}, TableStart: []int32{0, 37, 39}, Tables: append(append([]int32(nil), tabA...), tabB...)}
+	q := randVec(r, len(pos)*qd)
+	for _, window := range []int32{0, 300} {
+		rows.Window = window
+		qb, ob := toDevice(t, d, q), toDevice(t, d, make([]float32, len(q)))
+		d.Attention(ob, c, 0, qb, heads, rows)
+		batch := download(t, d, ob, len(q))
+		g := backend.Go()
+		gq, gob := toDevice(t, g, q), toDevice(t, g, make([]float32, len(q)))
+		g.Attention(gob, gc, 0, gq, heads, rows)
+		if e := relRMS(batch, download(t, g, gob, len(q))); e > 1e-4 {
+			t.Errorf("window %d: the batch differs from the Go backend's by %.3g RMS", window, e)
+		}
+		for i := range pos {
+			s := 0
+			if i == 40 {
+				s = 1
+			}
+			alone := &backend.Rows{Pos: []int32{pos[i]}, Seqs: []int32{0, 1}, TableStart: []int32{0, rows.TableStart[s+1] - rows.TableStart[s]},
+				Tables: rows.Tables[rows.TableStart[s]:rows.TableStart[s+1]], Window: window}
+			qa, oa := toDevice(t, d, q[i*qd:(i+1)*qd]), toDevice(t, d, make([]float32, qd))
+			d.Attention(oa, c, 0, qa, heads, alone)
+			got := download(t, d, oa, qd)
+			if j := sameBits(got, batch[i*qd:(i+1)*qd]); j >= 0 {
+				t.Fatalf("window %d, row %d (position %d): value %d alone %v, in the batch %v", window, i, pos[i], j, got[j], batch[i*qd+j])
+			}
+		}
+	}
+}
