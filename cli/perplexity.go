@@ -71,13 +71,10 @@ func perplexity(m *model.Model, ids []int, cfg engine.Config) (float64, int, int
 	if len(ids) < 2 {
 		return 0, 0, 0, fmt.Errorf("the text has %d tokens; at least 2 are needed", len(ids))
 	}
-	ctx := m.Context
 	if cfg.Context > m.Context {
 		return 0, 0, 0, fmt.Errorf("-c %d is outside 2..%d, the model's training context", cfg.Context, m.Context)
 	}
-	if cfg.Context > 0 {
-		ctx = cfg.Context
-	}
+	ctx := cfg.ContextFor(m)
 	if ctx < 2 {
 		return 0, 0, 0, fmt.Errorf("a context of %d token scores nothing; at least 2 are needed", ctx)
 	}

@@ -27,10 +27,7 @@ type Fit struct {
 // The scheduler's limit (cfg.Sched.MaxSeqs) is not applied: Fit.Seqs is
 // what the memory holds.
 func Capacity(m *model.Model, cfg Config, seqLen int) (Fit, error) {
-	ctx := cfg.Context
-	if ctx <= 0 {
-		ctx = m.Context
-	}
+	ctx := cfg.ContextFor(m)
 	if seqLen < 1 {
 		return Fit{}, fmt.Errorf("a sequence of %d tokens is too short to place", seqLen)
 	}

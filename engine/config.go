@@ -132,10 +132,15 @@ func (c Config) schedConfig() sched.Config {
 	return sched.Config{MaxSeqs: c.Sched.MaxSeqs, StepTokens: c.Sched.StepTokens, Policy: c.Sched.Policy, Preempt: c.Cache.Preempt, Watermark: c.Sched.Watermark}
 }
 
-// context is the sequence length limit in force.
-func (e *Engine) context(c Config) int {
+// ContextFor is the context limit c gives sequences on model m: Context,
+// or, when it is 0, the model's training context. It is the one place
+// that reads "0 means the model's".
+func (c Config) ContextFor(m *model.Model) int {
 	if c.Context > 0 {
 		return c.Context
 	}
-	return e.model.Context
+	return m.Context
 }
+
+// context is the sequence length limit in force.
+func (e *Engine) context(c Config) int { return c.ContextFor(e.model) }
