@@ -66,7 +66,7 @@ cuda-check: cuda-toolkit
 
 # metal builds native/build/libkvscope_metal.dylib on macOS (native/metal).
 metal:
-	@[ "$$(uname -s)" = Darwin ] || { echo "make metal: the Metal library builds only on macOS (xcrun metal and clang with -framework Metal)"; exit 1; }
+	@[ "$$(uname -s)" = Darwin ] || { echo "make metal: the Metal library builds only on macOS (clang with the Metal framework)"; exit 1; }
 	$(MAKE) -C native/metal
 
 build: deps
