@@ -111,9 +111,11 @@ bench: build $(NATIVE_LIB)
 	$(GO) test -run '^$$' -bench 'MatMul' -benchtime 20x ./engine/quant
 	$(GO) test -run '^$$' -bench 'MatMul' -benchtime 20x ./engine/backend/native
 
-# screenshot opens the real window under Xvfb at 1280x800, runs a short
-# scripted session (two conversations, the "shared system prompt" lesson)
-# on the demo model, and saves assets/screenshot.png.
+# screenshot opens the real window under Xvfb and runs a short scripted
+# session on the demo model (app.ScreenshotEnv): two conversations through
+# a chat template named in the conversation, saved at 1280x800 as
+# assets/screenshot.png, then each lesson held in mid-run at 1024x700, saved
+# as assets/lesson-NAME.png. It takes a few minutes.
 screenshot: EXTRA_PKGS = $(SHOT_PKGS)
 screenshot: build
 	xvfb-run -a -s "-screen 0 1280x800x24" env KVSCOPE_SCREENSHOT=assets/screenshot.png ./$(BIN)
