@@ -10,6 +10,14 @@
 // widget that scales to tens of thousands of cells (one widget per block
 // would be far too slow), which is why the drawing is ours.
 //
+// A selected sequence's block table is drawn as a path through its blocks
+// in logical order. For a model with sliding-window layers (gemma3; see
+// Window and Inspector.SetWindow) the blocks holding the sequence's last W
+// positions, the only ones those layers still attend, carry a bar along
+// their bottom, and a line under the details names the positions and
+// logical blocks; the others stay in the table, since the global layers
+// read them (a block spans all layers).
+//
 // The widgets are not safe for concurrent use: call their methods on the
 // Fyne UI goroutine (from another goroutine, through fyne.Do).
 package inspector
