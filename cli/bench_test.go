@@ -110,6 +110,20 @@ func TestBestRows(t *testing.T) {
 	}
 }
 
+// TestSpeedTableSkipped checks that a test a backend refused shows a dash
+// and, under the table, why.
+func TestSpeedTableSkipped(t *testing.T) {
+	var b strings.Builder
+	rows := []speedRow{{test: "a", ours: 2, limit: 3}, {test: "b", skipped: "int8 keys are refused"}}
+	if err := writeSpeedTable(&b, rows, false); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 || strings.Fields(lines[2])[1] != "–" || lines[3] != "b: not run: int8 keys are refused" {
+		t.Errorf("got:\n%s", b.String())
+	}
+}
+
 // TestParseLlamaBench reads llama-bench's CSV output, captured from a run
 // with -p 128 -n 64 -r 2, and refuses malformed output.
 func TestParseLlamaBench(t *testing.T) {

@@ -172,6 +172,7 @@ type speedRow struct {
 	test         string
 	ours, theirs float64
 	limit        float64
+	skipped      string // why the test did not run, if it did not
 }
 
 // writeSpeedTable prints the rows, with llama.cpp's column and the ratio
@@ -195,12 +196,20 @@ func writeSpeedTable(out io.Writer, rows []speedRow, peer bool) error {
 			if r.theirs > 0 {
 				ratio = r.ours / r.theirs
 			}
-			fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s\t%s\t\n", r.test, r.ours, dash(r.theirs, "%.1f"), dash(ratio, "%.2f"), dash(r.limit, "%.1f"))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", r.test, dash(r.ours, "%.1f"), dash(r.theirs, "%.1f"), dash(ratio, "%.2f"), dash(r.limit, "%.1f"))
 		} else {
-			fmt.Fprintf(tw, "%s\t%.1f\t%s\t\n", r.test, r.ours, dash(r.limit, "%.1f"))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t\n", r.test, dash(r.ours, "%.1f"), dash(r.limit, "%.1f"))
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.skipped != "" {
+			fmt.Fprintf(out, "%s: not run: %s\n", r.test, r.skipped)
+		}
+	}
+	return nil
 }
 
 // Test names; peerSpeed matches llama.cpp's results to them.
@@ -351,7 +360,10 @@ func ourSpeed(path string, o speedOpts, bw float64) ([]speedRow, int64, error) {
 		n := blocksFor(filled+o.ctxGen, bs)
 		pkv, err := m.NewCache(m.CacheConfig(bs, 1+n, p, p))
 		if err != nil {
-			return nil, 0, err
+			// A backend may refuse a precision (CUDA: int8/int4
+			// keys); the row says why instead of ending the bench.
+			rows = append(rows, speedRow{test: ctxTest(o.ctx, p), skipped: firstLine(err.Error())})
+			continue
 		}
 		if err := fillTemplate(m, pkv, 0); err != nil {
 			return nil, 0, err
