@@ -50,7 +50,7 @@ func newCapacityView() *capacityView {
 	v.note = widget.NewLabel("")
 	v.note.Wrapping = fyne.TextWrapWord
 	grid := container.NewGridWithColumns(len(CapacityBlockSizes) + 1)
-	grid.Add(widget.NewLabelWithStyle("K/V \\ block", fyne.TextAlignLeading, fyne.TextStyle{Bold: true}))
+	grid.Add(widget.NewLabelWithStyle("K/V", fyne.TextAlignLeading, fyne.TextStyle{Bold: true}))
 	for _, bs := range CapacityBlockSizes {
 		grid.Add(widget.NewLabelWithStyle(fmt.Sprint(bs), fyne.TextAlignTrailing, fyne.TextStyle{Bold: true}))
 	}
@@ -64,8 +64,10 @@ func newCapacityView() *capacityView {
 		}
 	}
 	title := widget.NewLabelWithStyle("Capacity: sequences that fit at once", fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
+	cols := widget.NewLabel("Columns: block size in tokens; rows: K and V precision; cells: sequences of the chosen length that fit.")
+	cols.Wrapping = fyne.TextWrapWord
 	v.root = container.NewVBox(widget.NewSeparator(), title,
-		container.NewBorder(nil, nil, widget.NewLabel("Sequence length"), v.lengthLab, v.length), grid, v.note)
+		container.NewBorder(nil, nil, widget.NewLabel("Sequence length"), v.lengthLab, v.length), cols, grid, v.note)
 	return v
 }
 

@@ -25,6 +25,10 @@ var Paces = []struct {
 	D    time.Duration
 }{{"Wait for Next", 0}, {"Next after 3 s", 3 * time.Second}, {"Next after 6 s", 6 * time.Second}, {"Next after 10 s", 10 * time.Second}}
 
+// lessonTextHeight is the height of the lesson bar's text band: about
+// seven lines.
+const lessonTextHeight = 170
+
 // lessonView plays the lessons of package lesson: the Teaching tab lists
 // them, and while one runs its bar, above the heatmap on the Inspector
 // tab, shows the step's explanation, each promised figure as checked, and
@@ -35,6 +39,7 @@ type lessonView struct {
 	card fyne.CanvasObject // the Teaching tab's list of lessons
 
 	bar     *fyne.Container // above the heatmap while a lesson is shown
+	host    *fyne.Container // the Inspector tab's content, laid out again as the bar comes and goes
 	title   *widget.Label
 	explain *widget.Label
 	figures *widget.Label
@@ -72,7 +77,7 @@ func newLessonView(a *App) *lessonView {
 		container.NewVBox(rows...))
 
 	v.title = widget.NewLabelWithStyle("", fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
-	v.title.Wrapping = fyne.TextWrapWord
+	v.title.Truncation = fyne.TextTruncateEllipsis
 	v.explain = widget.NewLabel("")
 	v.explain.Wrapping = fyne.TextWrapWord
 	v.figures = widget.NewLabel("")
@@ -104,8 +109,13 @@ func newLessonView(a *App) *lessonView {
 		}
 		v.stop()
 	})
-	v.bar = container.NewVBox(v.title, v.explain, v.figures, v.chart,
-		container.NewHBox(v.next, v.pace, v.stopBtn), widget.NewSeparator())
+	// The text scrolls in a band of fixed height, so the heatmap below
+	// keeps its room however long the figures grow; the buttons stay in
+	// sight above it.
+	text := container.NewVScroll(container.NewVBox(v.explain, v.figures, v.chart))
+	text.SetMinSize(fyne.NewSize(0, lessonTextHeight))
+	v.bar = container.NewVBox(container.NewBorder(nil, nil, nil, container.NewHBox(v.next, v.pace, v.stopBtn), v.title),
+		text, widget.NewSeparator())
 	v.bar.Hide()
 	return v
 }
@@ -176,7 +186,7 @@ func (v *lessonView) start(l *lesson.Lesson) {
 	v.chart.Hide()
 	v.next.Disable()
 	v.stopBtn.SetText("Stop the lesson")
-	v.bar.Show()
+	v.showBar(true)
 	a.tabs.Select(a.tabInspector)
 	go func() {
 		defer close(r.done)
@@ -206,7 +216,7 @@ func (v *lessonView) progress(r *lessonRun, p lesson.Progress) {
 		r.ended = true
 		held := 0
 		for _, line := range r.lines {
-			if strings.HasPrefix(line, "✓") {
+			if strings.Contains(line, ": ✓ ") {
 				held++
 			}
 		}
@@ -232,11 +242,23 @@ func (v *lessonView) progress(r *lessonRun, p lesson.Progress) {
 			v.a.controls.show(e.Config(), e.Snapshot()) // the lesson's settings
 		}
 	default:
-		r.lines = append(r.lines, fmt.Sprintf("%s  (step %d: %s)", p.Figure, p.Index+1, p.Figure.Promise))
+		r.lines = append(r.lines, fmt.Sprintf("Step %d: %s", p.Index+1, p.Figure))
 		v.figures.SetText(strings.Join(r.lines, "\n"))
 		if p.Waiting {
 			v.next.Enable()
 		}
+	}
+}
+
+// showBar shows or hides the bar above the heatmap.
+func (v *lessonView) showBar(on bool) {
+	if on {
+		v.bar.Show()
+	} else {
+		v.bar.Hide()
+	}
+	if v.host != nil {
+		v.host.Refresh()
 	}
 }
 
@@ -262,7 +284,7 @@ func (v *lessonView) hide() {
 		return
 	}
 	v.run = nil
-	v.bar.Hide()
+	v.showBar(false)
 }
 
 // forget drops the lesson shown without waiting for it (a model switch:
@@ -273,5 +295,5 @@ func (v *lessonView) forget() {
 		v.a.insp.SetMode(v.userMode)
 	}
 	v.run = nil
-	v.bar.Hide()
+	v.showBar(false)
 }
