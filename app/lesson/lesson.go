@@ -26,7 +26,6 @@ package lesson
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -257,12 +256,4 @@ func blockTable(s *engine.Snapshot, seq kvcache.SeqID) []int {
 		}
 	}
 	return nil
-}
-
-// plural writes n and a noun with the right ending: "1 block", "2 blocks".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return fmt.Sprintf("1 %s", noun)
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }

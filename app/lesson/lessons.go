@@ -86,7 +86,7 @@ var CacheBuys = &Lesson{
 			f := v.Get("with").(*Req).Finals()[0]
 			want := f.PromptTokens + f.Generated - 1
 			return fmt.Sprintf("%s computed for %s of prompt and %s generated (%.2f ms a token)",
-				plural(f.Computed, "row"), plural(f.PromptTokens, "token"), plural(f.Generated, "token"), mean(v.Get("with").(*Req).Gaps())), f.Computed == want && f.Generated == 64
+				engine.Count(f.Computed, "row"), engine.Count(f.PromptTokens, "token"), engine.Count(f.Generated, "token"), mean(v.Get("with").(*Req).Gaps())), f.Computed == want && f.Generated == 64
 		},
 	}, {
 		Explain: "Without the cache: for every new token the engine recomputes the whole prefix, so each token costs more than the last.",
@@ -199,7 +199,7 @@ var SharedPrompt = &Lesson{
 			table := blockTable(s, r.Samples[0].Seq)
 			k := sysBlocks(v, s)
 			if k < 1 || len(table) < k {
-				return fmt.Sprintf("the system prompt fills %s; the conversation holds %s", plural(k, "full block"), plural(len(table), "block")), false
+				return fmt.Sprintf("the system prompt fills %s; the conversation holds %s", engine.Count(k, "full block"), engine.Count(len(table), "block")), false
 			}
 			hashed := 0
 			for _, id := range table[:k] {
@@ -208,7 +208,7 @@ var SharedPrompt = &Lesson{
 				}
 			}
 			v.Set("sys", append([]int(nil), table[:k]...))
-			return fmt.Sprintf("%d of the system prompt's %s are in the prefix cache (blocks %v)", hashed, plural(k, "full block"), table[:k]), hashed == k
+			return fmt.Sprintf("%d of the system prompt's %s are in the prefix cache (blocks %v)", hashed, engine.Count(k, "full block"), table[:k]), hashed == k
 		},
 	}, {
 		Explain: "Two more conversations with the same system prompt find those blocks in the prefix cache and share them instead of computing them.",
@@ -255,7 +255,7 @@ var SharedPrompt = &Lesson{
 					n++
 				}
 			}
-			return fmt.Sprintf("%d of %s cached with ref 0", n, plural(len(ids), "block")), n == len(ids)
+			return fmt.Sprintf("%d of %s cached with ref 0", n, engine.Count(len(ids), "block")), n == len(ids)
 		},
 	}},
 }
@@ -299,14 +299,14 @@ var Parallel = &Lesson{
 			k := q.Prompt / s.Cache.BlockSize
 			table := blockTable(s, r.Samples[0].Seq)
 			if len(table) < k || k < 1 {
-				return fmt.Sprintf("the prompt fills %s; sample 1 holds %s", plural(k, "full block"), plural(len(table), "block")), false
+				return fmt.Sprintf("the prompt fills %s; sample 1 holds %s", engine.Count(k, "full block"), engine.Count(len(table), "block")), false
 			}
 			rc := refs(s, table[:k])
 			held := true
 			for _, n := range rc {
 				held = held && n >= 4
 			}
-			return fmt.Sprintf("%d samples; ref counts of the prompt's %s: %v", len(r.Samples), plural(k, "full block"), rc), held
+			return fmt.Sprintf("%d samples; ref counts of the prompt's %s: %v", len(r.Samples), engine.Count(k, "full block"), rc), held
 		},
 	}, {
 		Explain: "Each sample writes its own next token into the prompt's last, partly filled block: the first write into a shared block copies it (copy on write).",
@@ -320,7 +320,7 @@ var Parallel = &Lesson{
 			}
 			cow := s.Cache.Metrics.CoWCopies
 			return fmt.Sprintf("%s computed for 4 samples of a prompt of %s (%s); %s copied on write",
-				plural(rows, "prompt row"), plural(q.Prompt, "token"), times(rows, q.Prompt), plural(int(cow), "block")), rows == q.Prompt && cow > 0
+				engine.Count(rows, "prompt row"), engine.Count(q.Prompt, "token"), times(rows, q.Prompt), engine.Count(int(cow), "block")), rows == q.Prompt && cow > 0
 		},
 	}},
 }
@@ -401,7 +401,7 @@ func finishedAll(g *LoadGen, users, reply int) (string, bool) {
 	for _, f := range st.Finals {
 		ok = ok && f.Reason == engine.FinishLength && f.Generated == reply
 	}
-	line := fmt.Sprintf("%d of %s finished all %s", st.Finished, plural(users, "request"), plural(reply, "token"))
+	line := fmt.Sprintf("%d of %s finished all %s", st.Finished, engine.Count(users, "request"), engine.Count(reply, "token"))
 	if st.Failed+st.Refused > 0 {
 		line += fmt.Sprintf("; %d failed or refused: %s", st.Failed+st.Refused, st.LastErr)
 	}
@@ -419,7 +419,7 @@ func concurrency(v *Env, s *engine.Snapshot, key string, users int) (string, boo
 	want := min(fit.Seqs, users)
 	d := got - want
 	return fmt.Sprintf("at most %s of %d tokens (%s each) held at once; %s predicted for %s of K %s / V %s",
-		plural(got, "sequence"), smallLen, plural(fit.PerSeq, "block"), plural(fit.Seqs, "sequence"), plural(fit.Blocks, "block"), s.Config.Cache.K, s.Config.Cache.V), d >= -1 && d <= 1
+		engine.Count(got, "sequence"), smallLen, engine.Count(fit.PerSeq, "block"), engine.Count(fit.Seqs, "sequence"), engine.Count(fit.Blocks, "block"), s.Config.Cache.K, s.Config.Cache.V), d >= -1 && d <= 1
 }
 
 // SmallBudgetLength is the length of the small-budget lesson's
@@ -448,7 +448,7 @@ var SmallBudget = &Lesson{
 		},
 		Check: func(v *Env, s *engine.Snapshot) (string, bool) {
 			m := s.Cache.Metrics
-			return fmt.Sprintf("%s in a pool of %s; %d running, %d waiting", plural(int(m.Preemptions), "preemption"), plural(m.TotalBlocks, "block"), s.Running, s.Waiting), m.Preemptions >= 1
+			return fmt.Sprintf("%s in a pool of %s; %d running, %d waiting", engine.Count(int(m.Preemptions), "preemption"), engine.Count(m.TotalBlocks, "block"), s.Running, s.Waiting), m.Preemptions >= 1
 		},
 	}, {
 		Explain: "Everyone still finishes: a preempted sequence waits, and when there is room again it recomputes its tokens and goes on.",
@@ -460,7 +460,7 @@ var SmallBudget = &Lesson{
 		},
 		Check: func(v *Env, s *engine.Snapshot) (string, bool) {
 			line, ok := finishedAll(v.Get("g16").(*LoadGen), smallUsers, smallReply)
-			return fmt.Sprintf("%s, after %s", line, plural(int(s.Cache.Metrics.Preemptions), "preemption")), ok
+			return fmt.Sprintf("%s, after %s", line, engine.Count(int(s.Cache.Metrics.Preemptions), "preemption")), ok
 		},
 	}, {
 		Explain: "How many fit at once: only as many whole sequences as the pool has blocks for, as the capacity view in the Controls tab predicts.",
@@ -561,8 +561,8 @@ var PagedContiguous = &Lesson{
 		},
 		Check: func(v *Env, s *engine.Snapshot) (string, bool) {
 			n, res, fill := v.Get("paged").(*peakUse).get()
-			return fmt.Sprintf("up to %s at once in %s; then %s of %s reserved held a token", plural(n, "sequence"), plural(s.Cache.Metrics.TotalBlocks, "block"),
-				humanize.Comma(int64(fill)), plural(res, "slot")), n == pcUsers
+			return fmt.Sprintf("up to %s at once in %s; then %s of %s reserved held a token", engine.Count(n, "sequence"), engine.Count(s.Cache.Metrics.TotalBlocks, "block"),
+				humanize.Comma(int64(fill)), engine.Count(res, "slot")), n == pcUsers
 		},
 	}, {
 		Explain: fmt.Sprintf("Contiguous: the same budget and load, but each sequence reserves its whole %d-token context up front, since nobody knows how long a reply will grow.", pcContext),
@@ -582,7 +582,7 @@ var PagedContiguous = &Lesson{
 			p, _, _ := v.Get("paged").(*peakUse).get()
 			c, res, fill := v.Get("contiguous").(*peakUse).get()
 			return fmt.Sprintf("paged: %s at once; contiguous: %s at once (%.1f×), when %s of %s reserved held a token",
-				plural(p, "sequence"), plural(c, "sequence"), float64(p)/float64(max(c, 1)), humanize.Comma(int64(fill)), plural(res, "slot")), c > 0 && float64(p) >= 1.5*float64(c)
+				engine.Count(p, "sequence"), engine.Count(c, "sequence"), float64(p)/float64(max(c, 1)), humanize.Comma(int64(fill)), engine.Count(res, "slot")), c > 0 && float64(p) >= 1.5*float64(c)
 		},
 	}},
 }
@@ -611,7 +611,7 @@ var Precision = &Lesson{
 			v.Set("t16", m.TotalBlocks*m.BlockSize)
 			f := v.Get("f16").(*Req).Finals()[0]
 			return fmt.Sprintf("%s fit in %s (%s a token); %s generated", humanize.Comma(int64(m.TotalBlocks*m.BlockSize))+" tokens",
-				humanize.IBytes(uint64(precisionBudget)), humanize.IBytes(uint64(m.BytesPerToken+0.5)), plural(f.Generated, "token")), m.TotalBlocks > 0 && f.Generated == 40
+				humanize.IBytes(uint64(precisionBudget)), humanize.IBytes(uint64(m.BytesPerToken+0.5)), engine.Count(f.Generated, "token")), m.TotalBlocks > 0 && f.Generated == 40
 		},
 	}, {
 		Explain: "The same budget at int4: keys quantized per channel, values per token, four bits each with a scale. More tokens fit; the greedy reply stays close.",

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dustin/go-humanize"
-
 	"kvscope/engine"
 	"kvscope/engine/sample"
 	"kvscope/engine/tokenizer"
@@ -35,7 +33,7 @@ type Load struct {
 
 // String says the load in words.
 func (l Load) String() string {
-	return fmt.Sprintf("%s, prompts of %s, replies of %s", plural(l.Users, "user"), plural(l.Prompt, "token"), plural(l.Reply, "token"))
+	return fmt.Sprintf("%s, prompts of %s, replies of %s", engine.Count(l.Users, "user"), engine.Count(l.Prompt, "token"), engine.Count(l.Reply, "token"))
 }
 
 // LoadGen runs synthetic users: each sends requests of random ordinary
@@ -192,18 +190,10 @@ func (g *LoadGen) Stats() Stats {
 func (g *LoadGen) Status(s *engine.Snapshot) string {
 	st := g.Stats()
 	line := fmt.Sprintf("%s: %s done, %s generated in %s; now %d running, %d waiting, %d swapped.",
-		g.load, plural(st.Finished, "request"), humanize.Comma(int64(st.Tokens))+" "+pluralWord(st.Tokens, "token"),
+		g.load, engine.Count(st.Finished, "request"), engine.Count(st.Tokens, "token"),
 		st.Elapsed.Round(time.Second), s.Running, s.Waiting, s.Swapped)
 	if n := st.Failed + st.Refused; n > 0 {
-		line += fmt.Sprintf(" %s failed or refused; last: %s", plural(n, "request"), st.LastErr)
+		line += fmt.Sprintf(" %s failed or refused; last: %s", engine.Count(n, "request"), st.LastErr)
 	}
 	return line
-}
-
-// pluralWord is noun's form for n.
-func pluralWord(n int, noun string) string {
-	if n == 1 {
-		return noun
-	}
-	return noun + "s"
 }
