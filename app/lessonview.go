@@ -73,8 +73,9 @@ func newLessonView(a *App) *lessonView {
 		about.Wrapping = fyne.TextWrapWord
 		rows = append(rows, container.NewBorder(nil, nil, container.NewGridWrap(fyne.NewSize(190, b.MinSize().Height), b), nil, about))
 	}
-	v.card = widget.NewCard("Lessons", "Each lesson runs on its own settings and an empty cache, step by step beside the heatmap, checks what it promises, and puts your settings back when it ends.",
-		container.NewVBox(rows...))
+	about := widget.NewLabel("Each lesson runs on its own settings and an empty cache, step by step beside the heatmap, checks what it promises, and puts your settings back when it ends.")
+	about.Wrapping = fyne.TextWrapWord // a card's subtitle would not wrap
+	v.card = widget.NewCard("Lessons", "", container.NewVBox(append([]fyne.CanvasObject{about}, rows...)...))
 
 	v.title = widget.NewLabelWithStyle("", fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
 	v.title.Truncation = fyne.TextTruncateEllipsis

@@ -56,7 +56,9 @@ func newLoadView(a *App) *loadView {
 			v.lab.SetText(err.Error())
 		}
 	})
-	v.card = widget.NewCard("Load generator", "Synthetic users send real requests through the engine, one after another.", container.NewVBox(
+	about := widget.NewLabel("Synthetic users send real requests through the engine, one after another.")
+	about.Wrapping = fyne.TextWrapWord // a card's subtitle would not wrap
+	v.card = widget.NewCard("Load generator", "", container.NewVBox(about,
 		container.NewBorder(nil, nil, widget.NewLabel("Users"), nil, v.users),
 		container.NewBorder(nil, nil, widget.NewLabel("Prompt tokens"), nil, v.plen),
 		container.NewBorder(nil, nil, widget.NewLabel("Reply tokens"), nil, v.rlen),
