@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"image"
 	"image/color"
 	"kvscope/app/inspector"
@@ -10,6 +11,7 @@ import (
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/canvas"
 	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/layout"
 	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
 )
@@ -92,6 +94,9 @@ type chart struct {
 	legend *fyne.Container
 	box    *fyne.Container
 	unit   string
+	// The axes: the y value of the top edge and of the middle guide, 0 at
+	// the bottom, and what x counts.
+	yTop, yMid *canvas.Text
 }
 
 func newChart(title, unit string) *chart {
@@ -108,16 +113,30 @@ func newChart(title, unit string) *chart {
 	})
 	c.raster.SetMinSize(fyne.NewSize(200, 110))
 	c.legend = container.NewHBox()
-	c.box = container.NewBorder(c.top, c.legend, nil, nil, c.raster)
+	axisText := func(s string) *canvas.Text {
+		t := canvas.NewText(s, theme.Color(theme.ColorNameForeground))
+		t.TextSize = theme.CaptionTextSize()
+		t.Alignment = fyne.TextAlignTrailing
+		return t
+	}
+	c.yTop, c.yMid = axisText("1 "+unit), axisText("0.5 "+unit)
+	yAxis := container.NewGridWithRows(3, container.NewVBox(c.yTop), container.NewCenter(c.yMid),
+		container.NewVBox(layout.NewSpacer(), axisText("0 "+unit)))
+	xAxis := axisText("token position →")
+	c.box = container.NewBorder(c.top, container.NewVBox(xAxis, c.legend), yAxis, nil, c.raster)
 	c.ExtendBaseWidget(c)
 	return c
 }
 
-// set shows new series.
+// set shows new series, with the y axis's values.
 func (c *chart) set(series []Series) {
 	c.mu.Lock()
 	c.series = series
 	c.mu.Unlock()
+	top := seriesMax(series)
+	c.yTop.Text, c.yMid.Text = axisValue(top, c.unit), axisValue(top/2, c.unit)
+	c.yTop.Refresh()
+	c.yMid.Refresh()
 	c.legend.Objects = nil
 	for _, s := range series {
 		r := canvas.NewRectangle(s.Color)
@@ -132,3 +151,28 @@ func (c *chart) set(series []Series) {
 
 // CreateRenderer returns the chart's renderer.
 func (c *chart) CreateRenderer() fyne.WidgetRenderer { return widget.NewSimpleRenderer(c.box) }
+
+// seriesMax is the top edge's y value as RenderSeries draws series: their
+// largest finite value, or 1.
+func seriesMax(series []Series) float64 {
+	top := 0.0
+	for _, s := range series {
+		for _, v := range s.Y {
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				top = max(top, v)
+			}
+		}
+	}
+	if top <= 0 {
+		return 1
+	}
+	return top
+}
+
+// axisValue writes an axis value with its unit.
+func axisValue(v float64, unit string) string {
+	if v >= 10 {
+		return fmt.Sprintf("%.0f %s", v, unit)
+	}
+	return fmt.Sprintf("%.2g %s", v, unit)
+}
