@@ -340,7 +340,7 @@ func times(rows, n int) string {
 const (
 	smallUsers  = 8
 	smallPrompt = 64
-	smallReply  = 160
+	smallReply  = 96
 	smallLen    = smallPrompt + smallReply
 )
 
