@@ -39,7 +39,7 @@ func newMessageView(p *Pane, i int) *messageView {
 	}
 	v.bg.CornerRadius = theme.InputRadiusSize()
 	v.footer.Importance = widget.LowImportance
-	v.footer.Truncation = fyne.TextTruncateEllipsis
+	v.footer.Wrapping = fyne.TextWrapWord // the whole footer, never cut ("prompt 5 t…")
 	v.regen = widget.NewButtonWithIcon("Regenerate", theme.ViewRefreshIcon(), func() {
 		if err := p.Regenerate(p.data.Selected); err != nil {
 			p.showError(err.Error())
