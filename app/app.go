@@ -46,6 +46,7 @@ func Run(modelPath string) {
 		os.Exit(1)
 	}
 	fa := fyneapp.NewWithID(ID)
+	fa.Settings().SetTheme(Readable(theme.DefaultTheme()))
 	w := fa.NewWindow("kvscope")
 	w.Resize(fyne.NewSize(1280, 800))
 	shot := os.Getenv(ScreenshotEnv)
