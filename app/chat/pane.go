@@ -16,7 +16,6 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"kvscope/app/store"
-	"kvscope/app/uithread"
 	"kvscope/engine"
 	echat "kvscope/engine/chat"
 )
@@ -708,87 +707,6 @@ func (p *Pane) TitleOf(id int64) string {
 	}
 	return ""
 }
-
-// saver saves changed conversations every SaveEvery until Close.
-func (p *Pane) saver() {
-	defer close(p.saverDone)
-	t := time.NewTicker(SaveEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stopSaver:
-			return
-		case <-t.C:
-			if p.dirty() {
-				if err := p.write(); err != nil {
-					uithread.Do(func() { p.reportSave(err) })
-				}
-			}
-		}
-	}
-}
-
-// dirty reports whether the conversations changed since the copy on disk.
-func (p *Pane) dirty() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.edits != p.saved
-}
-
-// snapshot is a copy of the conversations and how many edits it holds.
-type snapshot struct {
-	data  store.Conversations
-	edits uint64
-}
-
-// snapshot copies the conversations.
-func (p *Pane) snapshot() snapshot {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return snapshot{cloneData(p.data), p.edits}
-}
-
-// commit saves s, unless the copy on disk is as new or newer: a copy taken
-// before a later save never replaces it. On failure nothing counts as
-// saved, so the next save tries again; edits made after s stay unsaved.
-func (p *Pane) commit(s snapshot) error {
-	if p.st == nil {
-		return nil
-	}
-	p.saveMu.Lock()
-	defer p.saveMu.Unlock()
-	if s.edits <= p.saved {
-		return nil
-	}
-	if err := p.st.SaveConversations(s.data); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	p.saved = s.edits
-	p.mu.Unlock()
-	return nil
-}
-
-// write saves the conversations as they are now, if there is a store.
-func (p *Pane) write() error { return p.commit(p.snapshot()) }
-
-// saveNow saves on the UI goroutine and reports a failure.
-func (p *Pane) saveNow() {
-	if err := p.write(); err != nil {
-		p.reportSave(err)
-	}
-}
-
-func (p *Pane) reportSave(err error) {
-	msg := "Your conversations could not be saved: " + err.Error()
-	p.showError(msg)
-	if p.OnError != nil {
-		p.OnError(err)
-	}
-}
-
-// Save writes the conversations now.
-func (p *Pane) Save() { p.saveNow() }
 
 // Close stops every reply, the background saver, and saves.
 func (p *Pane) Close() {
