@@ -1,0 +1,303 @@
+package kvsub
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"kvscope/vllm/kvevents"
+)
+
+// sock is a socket with a goroutine that feeds its messages to ch.
+type sock struct {
+	zmq4.Socket
+	ep     string
+	ch     chan zmq4.Msg
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type run struct {
+	s      *Subscriber
+	ctx    context.Context
+	out    chan<- Update
+	sub    *sock
+	dealer *sock // nil where there is no replay endpoint, or after a timeout until redialed
+
+	seqs      map[string]*seqState
+	lastTopic string     // the live topic last seen, for replayed batches
+	pending   []zmq4.Msg // live messages held during a replay, oldest first
+}
+
+// seqState tracks one publisher's sequence numbers.
+type seqState struct {
+	topic    string
+	next     int64 // the next sequence number due
+	lastLive int64 // the last live sequence number seen, -1 before any
+	started  bool  // a batch has been delivered or a replay done
+}
+
+func (r *run) open(newSock func(context.Context, ...zmq4.Option) zmq4.Socket, ep string, bind bool, setup func(zmq4.Socket) error) (*sock, error) {
+	if !bind {
+		if err := probe(r.ctx, ep, r.s.src.HandshakeTimeout); err != nil {
+			return nil, fmt.Errorf("%s: %w", ep, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	retries := r.s.src.DialRetries
+	z := newSock(ctx, zmq4.WithDialerMaxRetries(retries), zmq4.WithAutomaticReconnect(!bind))
+	if setup != nil {
+		if err := setup(z); err != nil {
+			cancel()
+			z.Close()
+			return nil, fmt.Errorf("%s: %w", ep, err)
+		}
+	}
+	var err error
+	if bind {
+		err = z.Listen(ep)
+	} else {
+		err = z.Dial(ep)
+	}
+	if err != nil {
+		cancel()
+		z.Close()
+		return nil, fmt.Errorf("%s: %w", ep, err)
+	}
+	s := &sock{Socket: z, ep: ep, ch: make(chan zmq4.Msg), cancel: cancel, done: make(chan struct{})}
+	go s.read(ctx, r)
+	return s, nil
+}
+
+// read forwards the socket's messages until its context ends. A receive
+// error (a dropped connection, which zmq4 redials) is reported and the
+// reading goes on after a pause.
+func (s *sock) read(ctx context.Context, r *run) {
+	defer close(s.done)
+	for {
+		msg, err := s.Recv()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			r.report(Update{Kind: KindError, Seq: -1, Err: fmt.Errorf("%s: receive: %w", s.ep, err)})
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		select {
+		case s.ch <- msg:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *sock) close() {
+	s.cancel()
+	s.Close()
+	<-s.done
+}
+
+func (r *run) closeAll() {
+	if r.sub != nil {
+		r.sub.close()
+	}
+	if r.dealer != nil {
+		r.dealer.close()
+	}
+}
+
+// report sends u unless the run is over. It is safe from any goroutine.
+func (r *run) report(u Update) {
+	u.Source = r.s.src.Name
+	switch u.Kind {
+	case KindBatch:
+		if u.Replayed {
+			r.s.replayed.Add(1)
+		} else {
+			r.s.live.Add(1)
+		}
+	case KindLost:
+		r.s.lost.Add(u.To - u.From)
+	case KindReset:
+		r.s.resets.Add(1)
+	case KindMalformed:
+		r.s.malformed.Add(1)
+	case KindError:
+		r.s.errs.Add(1)
+	}
+	select {
+	case r.out <- u:
+	case <-r.ctx.Done():
+	}
+}
+
+// state returns topic's sequence state. With a replay socket the source is
+// one publisher, so every topic shares one state.
+func (r *run) state(topic string) *seqState {
+	key := topic
+	if r.s.src.Replay != "" {
+		key = ""
+	}
+	st, ok := r.seqs[key]
+	if !ok {
+		st = &seqState{topic: topic, lastLive: -1}
+		r.seqs[key] = st
+	}
+	return st
+}
+
+// live handles one message from the SUB socket.
+func (r *run) live(msg zmq4.Msg) {
+	if len(msg.Frames) != 3 {
+		r.report(Update{Kind: KindMalformed, Seq: -1, Err: fmt.Errorf("live message has %d frames, want 3 (topic, seq, payload)", len(msg.Frames))})
+		return
+	}
+	topic := string(msg.Frames[0])
+	seq, err := kvevents.ParseSeq(msg.Frames[1])
+	if err == nil && seq < 0 {
+		err = fmt.Errorf("negative sequence number %d", seq)
+	}
+	if err != nil {
+		r.report(Update{Kind: KindMalformed, Topic: topic, Seq: -1, Err: fmt.Errorf("live message: %w", err)})
+		return
+	}
+	r.lastTopic = topic
+	st := r.state(topic)
+	st.topic = topic
+	if st.lastLive >= 0 && seq <= st.lastLive {
+		// The live stream only goes forward: this publisher restarted.
+		r.report(Update{Kind: KindReset, Topic: topic, Seq: seq})
+		*st = seqState{topic: topic, lastLive: -1}
+		if r.s.src.Replay != "" {
+			r.replay(st, 0)
+		}
+	}
+	st.lastLive = seq
+	switch {
+	case st.started && seq < st.next:
+		r.s.dups.Add(1)
+		return
+	case !st.started && r.s.src.Replay == "":
+		if seq > 0 {
+			r.report(Update{Kind: KindLost, Topic: topic, From: 0, To: seq})
+		}
+	case seq > st.next:
+		r.s.gaps.Add(1)
+		complete := false
+		if r.s.src.Replay != "" {
+			complete = r.replay(st, st.next)
+		}
+		if seq > st.next {
+			r.report(Update{Kind: KindLost, Topic: topic, From: st.next, To: seq})
+			complete = false
+		}
+		if complete {
+			r.s.filled.Add(1)
+		}
+		if seq < st.next {
+			r.s.dups.Add(1)
+			return
+		}
+	}
+	r.deliver(st, topic, seq, msg.Frames[2], false)
+}
+
+// deliver decodes and sends batch seq and moves st past it.
+func (r *run) deliver(st *seqState, topic string, seq int64, payload []byte, replayed bool) {
+	st.next = seq + 1
+	st.started = true
+	b, err := kvevents.DecodeBatch(payload)
+	if err != nil {
+		r.report(Update{Kind: KindMalformed, Topic: topic, Seq: seq, Replayed: replayed, Err: fmt.Errorf("seq %d: %w", seq, err)})
+		return
+	}
+	r.report(Update{Kind: KindBatch, Topic: topic, Seq: seq, Batch: b, Replayed: replayed})
+}
+
+// replay asks the replay socket for everything from start and delivers
+// what st has not seen, until the end marker. Live messages that arrive
+// meanwhile are queued on r.pending, which the main loop drains first.
+func (r *run) replay(st *seqState, start int64) (complete bool) {
+	lost0 := r.s.lost.Load()
+	defer func() { complete = complete && r.s.lost.Load() == lost0 }()
+	if r.dealer == nil {
+		d, err := r.open(zmq4.NewDealer, r.s.src.Replay, false, nil)
+		if err != nil {
+			r.report(Update{Kind: KindError, Seq: -1, Err: fmt.Errorf("replay: %w", err)})
+			return false
+		}
+		r.dealer = d
+	}
+	if err := r.dealer.Send(zmq4.NewMsgFrom([]byte{}, kvevents.SeqBytes(start))); err != nil {
+		r.report(Update{Kind: KindError, Seq: -1, Err: fmt.Errorf("replay from %d: send: %w", start, err)})
+		r.dropDealer()
+		return false
+	}
+	topic := st.topic
+	if topic == "" {
+		topic = r.lastTopic
+	}
+	timer := time.NewTimer(r.s.src.ReplayTimeout)
+	defer timer.Stop()
+	for {
+		var msg zmq4.Msg
+		select {
+		case <-r.ctx.Done():
+			return false
+		case m := <-r.sub.ch:
+			r.pending = append(r.pending, m)
+			continue
+		case <-timer.C:
+			r.report(Update{Kind: KindError, Seq: -1, Err: fmt.Errorf("replay from %d: no answer from %s in %v", start, r.s.src.Replay, r.s.src.ReplayTimeout)})
+			// A late answer must not be taken for the next request's.
+			r.dropDealer()
+			return false
+		case msg = <-r.dealer.ch:
+		}
+		timer.Reset(r.s.src.ReplayTimeout)
+		frames := msg.Frames
+		if len(frames) == 3 && len(frames[0]) == 0 {
+			frames = frames[1:] // the empty delimiter
+		}
+		if len(frames) != 2 {
+			r.report(Update{Kind: KindMalformed, Seq: -1, Replayed: true, Err: fmt.Errorf("replay message has %d frames, want (\"\", seq, payload)", len(msg.Frames))})
+			continue
+		}
+		seq, err := kvevents.ParseSeq(frames[0])
+		if err != nil {
+			r.report(Update{Kind: KindMalformed, Seq: -1, Replayed: true, Err: fmt.Errorf("replay message: %w", err)})
+			continue
+		}
+		if seq == kvevents.EndSeq {
+			st.started = true
+			return true
+		}
+		if seq < 0 {
+			r.report(Update{Kind: KindMalformed, Seq: -1, Replayed: true, Err: fmt.Errorf("replay message: negative sequence number %d", seq)})
+			continue
+		}
+		if st.started && seq < st.next || seq < start {
+			r.s.dups.Add(1)
+			continue
+		}
+		if seq > st.next {
+			// The publisher's buffer no longer reaches back this far.
+			r.report(Update{Kind: KindLost, Topic: topic, From: st.next, To: seq})
+		}
+		r.deliver(st, topic, seq, frames[1], true)
+	}
+}
+
+func (r *run) dropDealer() {
+	if r.dealer != nil {
+		r.dealer.close()
+		r.dealer = nil
+	}
+}
