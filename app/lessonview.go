@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"image/color"
 	"strings"
@@ -224,7 +225,7 @@ func (v *lessonView) progress(r *lessonRun, p lesson.Progress) {
 		end := fmt.Sprintf("Lesson: %s, done: %d of %d %s held. Your settings are back.", r.l.Name, held, len(r.lines), plural(len(r.lines), "promise", "promises"))
 		if p.Err != nil {
 			end = fmt.Sprintf("Lesson: %s stopped (%v). Your settings are back.", r.l.Name, p.Err)
-			if p.Err == context.Canceled {
+			if errors.Is(p.Err, context.Canceled) {
 				end = fmt.Sprintf("Lesson: %s stopped. Your settings are back.", r.l.Name)
 			}
 		}
