@@ -303,3 +303,14 @@ func ExampleDecodeBatch() {
 	// BlockStored [101 102] parent none block 1 tokens [3 4]
 	// BlockRemoved [102] GPU
 }
+
+func FuzzParseFrames(f *testing.F) {
+	f.Add([]byte("kv@pod@m"), SeqBytes(3), pack(f, []any{1.0, []any{[]any{"AllBlocksCleared"}}}))
+	f.Add([]byte(""), []byte{1}, []byte{0xc1})
+	f.Fuzz(func(t *testing.T, topic, seq, payload []byte) {
+		m, err := ParseFrames([][]byte{topic, seq, payload})
+		if err == nil && (m.Seq < 0 || m.Topic != string(topic)) {
+			t.Fatalf("parsed %+v", m)
+		}
+	})
+}

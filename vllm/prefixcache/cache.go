@@ -60,7 +60,7 @@ type Eviction struct {
 type Stats struct {
 	Blocks int // cached blocks
 	Tokens int // their tokens
-	Roots  int // chains' first blocks (and orphans)
+	Roots  int // chains' first blocks, orphans included (a cycle from malformed events has none)
 
 	Stored        int64 // blocks stored (BlockStored hashes)
 	Removed       int64 // blocks removed (BlockRemoved hashes)
