@@ -13,7 +13,9 @@
 // expected one is a gap: the missing batches are asked for from the replay
 // socket, and what the publisher no longer buffers is reported as lost. A
 // sequence number that goes back is a publisher restart, reported as a
-// reset. Malformed messages are reported and skipped, never fatal.
+// reset; so is a dropped connection after which the replay socket's batch
+// under the last number seen is not the one delivered (a new process on
+// the same port). Malformed messages are reported and skipped, never fatal.
 //
 // Without a replay endpoint (for example a bound SUB that many publishers
 // connect to, as llm-d's topics kv@<pod>@<model> allow), sequences are

@@ -35,7 +35,8 @@ type Source struct {
 	// before dialing; 0 means 5 s.
 	HandshakeTimeout time.Duration
 	// DialRetries is how many times a refused dial is retried, 250 ms
-	// apart: 0 means 10, -1 means until the context ends.
+	// apart, at start and when zmq4 redials a dropped connection: 0 means
+	// 10, -1 means until the context ends.
 	DialRetries int
 }
 

@@ -200,6 +200,75 @@ func TestPublisherRestart(t *testing.T) {
 	}
 }
 
+// TestPublisherProcessRestart: the publisher's process goes away and a new
+// one binds the same ports, numbering from 0 again; the subscriber
+// redials, reports the reset and replays the new buffer.
+func TestPublisherProcessRestart(t *testing.T) {
+	p := newTestPub(t, "kv", 100)
+	_, ch, _ := start(t, Source{Endpoint: p.pubEP, Replay: p.replayEP, DialRetries: 40})
+	pl := pack(t, batchArray(1, []any{"AllBlocksCleared"}))
+	p.waitSubscribed("")
+	<-p.served
+	for range 3 {
+		p.publish(pl, true) // 0, 1, 2
+	}
+	collect(t, ch, 3, wait)
+	p.stop()
+	p2 := newTestPubAt(t, "kv", 100, p.pubEP, p.replayEP)
+	p2.publish(pl, true) // 0: nobody listens yet
+	p2.waitSubscribed("")
+	p2.publish(pl, true) // 1
+	var got []Update
+	for len(got) < 3 {
+		u := collect(t, ch, 1, wait)[0]
+		if u.Kind == KindError { // the dropped connections
+			continue
+		}
+		got = append(got, u)
+	}
+	want := []string{"reset:1", "batch:0r", "batch:1r"}
+	if s := summary(got); !reflect.DeepEqual(s, want) {
+		t.Errorf("updates %v, want %v", s, want)
+	}
+}
+
+// TestPublisherProcessRestartAhead: the new process has already numbered
+// past the old one's last batch when the subscriber is back; the replayed
+// batch under the old number differs, so it is a reset all the same.
+func TestPublisherProcessRestartAhead(t *testing.T) {
+	p := newTestPub(t, "kv", 100)
+	_, ch, _ := start(t, Source{Endpoint: p.pubEP, Replay: p.replayEP, DialRetries: 40})
+	old := pack(t, batchArray(1, []any{"AllBlocksCleared"}))
+	p.waitSubscribed("")
+	<-p.served
+	for range 3 {
+		p.publish(old, true) // 0, 1, 2
+	}
+	collect(t, ch, 3, wait)
+	p.stop()
+	p2 := newTestPubAt(t, "kv", 100, p.pubEP, p.replayEP)
+	for i := range 5 { // 0..4 while the subscriber is away
+		p2.publish(pack(t, batchMap(float64(100+i))), true)
+	}
+	p2.waitSubscribed("")
+	p2.publish(pack(t, batchMap(105)), true) // 5
+	var got []Update
+	for len(got) < 7 {
+		u := collect(t, ch, 1, wait)[0]
+		if u.Kind == KindError {
+			continue
+		}
+		got = append(got, u)
+	}
+	want := []string{"reset:5", "batch:0r", "batch:1r", "batch:2r", "batch:3r", "batch:4r", "batch:5r"}
+	if s := summary(got); !reflect.DeepEqual(s, want) {
+		t.Errorf("updates %v, want %v", s, want)
+	}
+	if got[1].Batch.TS != 100 {
+		t.Errorf("batch 0 is the old process's (ts %v)", got[1].Batch.TS)
+	}
+}
+
 // TestNoReplayEndpoint: without a replay socket, gaps are lost, per topic.
 func TestNoReplayEndpoint(t *testing.T) {
 	p := newTestPub(t, "kv@pod-a@llama", 100)

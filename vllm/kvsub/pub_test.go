@@ -37,6 +37,7 @@ type testPub struct {
 	starts []int64     // replay requests' start sequence numbers
 	mute   atomic.Bool // take replay requests, answer none
 	served chan struct{}
+	stop   func() // closes the sockets, as a vLLM process that exits
 }
 
 type entry struct {
@@ -46,16 +47,22 @@ type entry struct {
 
 func newTestPub(t testing.TB, topic string, maxBuf int) *testPub {
 	t.Helper()
+	return newTestPubAt(t, topic, maxBuf, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0")
+}
+
+// newTestPubAt listens on the given endpoints (port 0 for any).
+func newTestPubAt(t testing.TB, topic string, maxBuf int, pubEP, replayEP string) *testPub {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &testPub{t: t, topic: topic, maxBuf: maxBuf, served: make(chan struct{}, 100)}
 	// The probe kvsub makes before dialing has zmq4 log a failed handshake.
 	quiet := zmq4.WithLogger(log.New(io.Discard, "", 0))
 	p.pub = zmq4.NewPub(ctx, quiet)
 	p.router = zmq4.NewRouter(ctx, quiet)
-	if err := p.pub.Listen("tcp://127.0.0.1:0"); err != nil {
+	if err := p.pub.Listen(pubEP); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.router.Listen("tcp://127.0.0.1:0"); err != nil {
+	if err := p.router.Listen(replayEP); err != nil {
 		t.Fatal(err)
 	}
 	p.pubEP = "tcp://" + p.pub.Addr().String()
@@ -65,12 +72,16 @@ func newTestPub(t testing.TB, topic string, maxBuf int) *testPub {
 		defer close(done)
 		p.serveReplay()
 	}()
-	t.Cleanup(func() {
-		cancel()
-		p.pub.Close()
-		p.router.Close()
-		<-done
-	})
+	var once sync.Once
+	p.stop = func() {
+		once.Do(func() {
+			cancel()
+			p.pub.Close()
+			p.router.Close()
+			<-done
+		})
+	}
+	t.Cleanup(p.stop)
 	return p
 }
 

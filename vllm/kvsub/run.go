@@ -3,6 +3,8 @@ package kvsub
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -13,10 +15,13 @@ import (
 // sock is a socket with a goroutine that feeds its messages to ch.
 type sock struct {
 	zmq4.Socket
-	ep     string
-	ch     chan zmq4.Msg
-	cancel context.CancelFunc
-	done   chan struct{}
+	ep string
+	ch chan zmq4.Msg
+	// dropped is set when a receive fails (the connection went; zmq4
+	// redials), before any message of the next connection is read.
+	dropped atomic.Bool
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 type run struct {
@@ -34,9 +39,10 @@ type run struct {
 // seqState tracks one publisher's sequence numbers.
 type seqState struct {
 	topic    string
-	next     int64 // the next sequence number due
-	lastLive int64 // the last live sequence number seen, -1 before any
-	started  bool  // a batch has been delivered or a replay done
+	next     int64  // the next sequence number due
+	lastLive int64  // the last live sequence number seen, -1 before any
+	started  bool   // a batch has been delivered or a replay done
+	lastSum  uint64 // digest of the payload of batch next-1
 }
 
 func (r *run) open(newSock func(context.Context, ...zmq4.Option) zmq4.Socket, ep string, bind bool, setup func(zmq4.Socket) error) (*sock, error) {
@@ -82,6 +88,7 @@ func (s *sock) read(ctx context.Context, r *run) {
 			return
 		}
 		if err != nil {
+			s.dropped.Store(true)
 			r.report(Update{Kind: KindError, Seq: -1, Err: fmt.Errorf("%s: receive: %w", s.ep, err)})
 			select {
 			case <-ctx.Done():
@@ -171,8 +178,13 @@ func (r *run) live(msg zmq4.Msg) {
 	r.lastTopic = topic
 	st := r.state(topic)
 	st.topic = topic
-	if st.lastLive >= 0 && seq <= st.lastLive {
-		// The live stream only goes forward: this publisher restarted.
+	restarted := st.lastLive >= 0 && seq <= st.lastLive // the live stream only goes forward
+	if dropped := r.sub.dropped.Swap(false); dropped && !restarted && r.s.src.Replay != "" && st.started && st.next > 0 {
+		// The connection dropped and came back: the same publisher, or a
+		// new process on the same port whose numbers mean other batches?
+		restarted = !r.sameProcess(st)
+	}
+	if restarted {
 		r.report(Update{Kind: KindReset, Topic: topic, Seq: seq})
 		*st = seqState{topic: topic, lastLive: -1}
 		if r.s.src.Replay != "" {
@@ -213,6 +225,7 @@ func (r *run) live(msg zmq4.Msg) {
 func (r *run) deliver(st *seqState, topic string, seq int64, payload []byte, replayed bool) {
 	st.next = seq + 1
 	st.started = true
+	st.lastSum = digest(payload)
 	b, err := kvevents.DecodeBatch(payload)
 	if err != nil {
 		r.report(Update{Kind: KindMalformed, Topic: topic, Seq: seq, Replayed: replayed, Err: fmt.Errorf("seq %d: %w", seq, err)})
@@ -222,11 +235,52 @@ func (r *run) deliver(st *seqState, topic string, seq int64, payload []byte, rep
 }
 
 // replay asks the replay socket for everything from start and delivers
-// what st has not seen, until the end marker. Live messages that arrive
-// meanwhile are queued on r.pending, which the main loop drains first.
+// what st has not seen, until the end marker; it reports whether nothing
+// was lost. Live messages that arrive meanwhile are queued on r.pending,
+// which the main loop drains first.
 func (r *run) replay(st *seqState, start int64) (complete bool) {
-	lost0 := r.s.lost.Load()
-	defer func() { complete = complete && r.s.lost.Load() == lost0 }()
+	topic := st.topic
+	if topic == "" {
+		topic = r.lastTopic
+	}
+	lost := false
+	ok := r.request(start, func(seq int64, payload []byte) {
+		if st.started && seq < st.next || seq < start {
+			r.s.dups.Add(1)
+			return
+		}
+		if seq > st.next {
+			// The publisher's buffer no longer reaches back this far.
+			r.report(Update{Kind: KindLost, Topic: topic, From: st.next, To: seq})
+			lost = true
+		}
+		r.deliver(st, topic, seq, payload, true)
+	})
+	if ok {
+		st.started = true
+	}
+	return ok && !lost
+}
+
+// sameProcess asks the replay socket for the last batch st delivered and
+// reports whether it is still the same batch: false means that the
+// publisher behind the endpoint is a new process (or has rolled its buffer
+// past what was seen), whose sequence numbers mean other batches. Where
+// the replay does not answer, it cannot tell and says true.
+func (r *run) sameProcess(st *seqState) bool {
+	last := st.next - 1
+	found := false
+	ok := r.request(last, func(seq int64, payload []byte) {
+		if seq == last && digest(payload) == st.lastSum {
+			found = true
+		}
+	})
+	return found || !ok
+}
+
+// request sends a replay request from start and gives each answered batch
+// to fn, up to the end marker; it reports whether the end marker came.
+func (r *run) request(start int64, fn func(seq int64, payload []byte)) bool {
 	if r.dealer == nil {
 		d, err := r.open(zmq4.NewDealer, r.s.src.Replay, false, nil)
 		if err != nil {
@@ -239,10 +293,6 @@ func (r *run) replay(st *seqState, start int64) (complete bool) {
 		r.report(Update{Kind: KindError, Seq: -1, Err: fmt.Errorf("replay from %d: send: %w", start, err)})
 		r.dropDealer()
 		return false
-	}
-	topic := st.topic
-	if topic == "" {
-		topic = r.lastTopic
 	}
 	timer := time.NewTimer(r.s.src.ReplayTimeout)
 	defer timer.Stop()
@@ -276,23 +326,20 @@ func (r *run) replay(st *seqState, start int64) (complete bool) {
 			continue
 		}
 		if seq == kvevents.EndSeq {
-			st.started = true
 			return true
 		}
 		if seq < 0 {
 			r.report(Update{Kind: KindMalformed, Seq: -1, Replayed: true, Err: fmt.Errorf("replay message: negative sequence number %d", seq)})
 			continue
 		}
-		if st.started && seq < st.next || seq < start {
-			r.s.dups.Add(1)
-			continue
-		}
-		if seq > st.next {
-			// The publisher's buffer no longer reaches back this far.
-			r.report(Update{Kind: KindLost, Topic: topic, From: st.next, To: seq})
-		}
-		r.deliver(st, topic, seq, frames[1], true)
+		fn(seq, frames[1])
 	}
+}
+
+func digest(p []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(p)
+	return h.Sum64()
 }
 
 func (r *run) dropDealer() {
