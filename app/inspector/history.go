@@ -8,6 +8,8 @@ import (
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/canvas"
 	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/layout"
+	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
 
 	"kvscope/engine/kvcache"
@@ -121,7 +123,17 @@ func NewHistory() *History {
 		swatch(UsageColor, "usage"), swatch(InternalColor, "internal frag."),
 		swatch(ExternalColor, "external frag."), swatch(HitRateColor, "prefix hits"),
 	)
-	h.box = container.NewBorder(nil, legend, nil, nil, h.raster)
+	// The y axis: percent, at the top, middle guide and bottom (x is
+	// steps, the newest at the right edge).
+	tick := func(s string) *canvas.Text {
+		t := canvas.NewText(s, theme.Color(theme.ColorNameForeground))
+		t.TextSize = theme.CaptionTextSize()
+		t.Alignment = fyne.TextAlignTrailing
+		return t
+	}
+	yAxis := container.NewGridWithRows(3, container.NewVBox(tick("100 %")), container.NewCenter(tick("50 %")),
+		container.NewVBox(layout.NewSpacer(), tick("0 %")))
+	h.box = container.NewBorder(nil, legend, yAxis, nil, h.raster)
 	h.ExtendBaseWidget(h)
 	return h
 }
