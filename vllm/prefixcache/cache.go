@@ -89,6 +89,8 @@ type Cache struct {
 	children map[Key]map[Key]struct{} // parent → children, whether or not the parent is cached
 	stats    Stats
 
+	churn []churnPoint // per batch, oldest first, up to maxChurn
+
 	maxEv   int
 	ev      []Eviction // ring
 	evStart int        // index of the oldest in ev
@@ -115,6 +117,41 @@ func (c *Cache) Apply(b kvevents.Batch) {
 	if t.After(c.stats.Last) {
 		c.stats.Last = t
 	}
+	if len(c.churn) == maxChurn {
+		copy(c.churn, c.churn[1:])
+		c.churn = c.churn[:maxChurn-1]
+	}
+	c.churn = append(c.churn, churnPoint{t, c.stats.Stored, c.stats.Removed})
+}
+
+const maxChurn = 4096
+
+type churnPoint struct {
+	t               time.Time
+	stored, removed int64
+}
+
+// Churn returns the blocks stored and removed per second over the last
+// window of the publisher's time (batches kept: the last 4096), 0 and 0
+// with fewer than two batches in it.
+func (c *Cache) Churn(window time.Duration) (storedPerSec, removedPerSec float64) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := len(c.churn)
+	if n < 2 {
+		return 0, 0
+	}
+	last := c.churn[n-1]
+	i := n - 1
+	for i > 0 && last.t.Sub(c.churn[i-1].t) <= window {
+		i--
+	}
+	first := c.churn[i]
+	dt := last.t.Sub(first.t).Seconds()
+	if dt <= 0 {
+		return 0, 0
+	}
+	return float64(last.stored-first.stored) / dt, float64(last.removed-first.removed) / dt
 }
 
 // ApplyEvent applies one event that happened at t.
@@ -230,6 +267,7 @@ func (c *Cache) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.clear()
+	c.churn = nil
 	c.stats.Resets++
 }
 

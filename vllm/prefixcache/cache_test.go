@@ -2,6 +2,7 @@ package prefixcache
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -230,4 +231,92 @@ func ExampleCache_Tree() {
 	//   2: 3 blocks under it, tokens [12 13]
 	//     3: 1 blocks under it, tokens [20 21]
 	//     4: 1 blocks under it, tokens [30 31]
+}
+
+func TestChurn(t *testing.T) {
+	c := New(Options{})
+	if s, r := c.Churn(time.Minute); s != 0 || r != 0 {
+		t.Errorf("empty: %v %v", s, r)
+	}
+	c.Apply(batch(100, stored(0, nil, 1, 2)))       // 2 stored
+	c.Apply(batch(101, stored(2, nil, 3, 4, 5, 6))) // 4 stored
+	c.Apply(batch(102, removed(6, 5)))              // 2 removed
+	c.Apply(batch(104, removed(4, 3)))              // 2 removed
+	tests := []struct {
+		window         time.Duration
+		stored, remove float64
+	}{
+		{time.Minute, 1, 1},           // 100..104: 4 stored, 4 removed in 4 s
+		{3 * time.Second, 0, 4.0 / 3}, // 101..104
+		{time.Second, 0, 0},           // only the last batch
+	}
+	for _, tt := range tests {
+		if s, r := c.Churn(tt.window); s != tt.stored || r != tt.remove {
+			t.Errorf("Churn(%v) = %v, %v; want %v, %v", tt.window, s, r, tt.stored, tt.remove)
+		}
+	}
+}
+
+// TestRandomEventsInvariants: whatever the events (parents stored or not,
+// hashes reused, removals of unknown blocks, clears), the tree holds every
+// cached block once and the figures agree.
+func TestRandomEventsInvariants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	c := New(Options{MaxEvictions: 50})
+	for b := range 300 {
+		var events []kvevents.Event
+		for range 10 {
+			switch r := rng.IntN(100); {
+			case r == 0:
+				events = append(events, &kvevents.AllBlocksCleared{})
+			case r < 40:
+				events = append(events, removed(uint64(1+rng.IntN(200)), uint64(1+rng.IntN(200))))
+			default:
+				var parent uint64
+				if rng.IntN(3) > 0 {
+					parent = uint64(1 + rng.IntN(200))
+				}
+				var hashes []uint64
+				var tokens []int32
+				for range 1 + rng.IntN(3) {
+					hashes = append(hashes, uint64(1+rng.IntN(200)))
+					tokens = append(tokens, int32(rng.IntN(100)), int32(rng.IntN(100)))
+				}
+				events = append(events, stored(parent, tokens[:len(tokens)-rng.IntN(2)], hashes...))
+			}
+		}
+		c.Apply(batch(float64(b), events...))
+		tr := c.Tree()
+		s := c.Stats()
+		if tr.Blocks != c.Len() || len(tr.Nodes) != c.Len() || s.Blocks != c.Len() {
+			t.Fatalf("batch %d: tree %d blocks, %d nodes; cache %d", b, tr.Blocks, len(tr.Nodes), c.Len())
+		}
+		if tr.Tokens != s.Tokens {
+			t.Fatalf("batch %d: tree %d tokens, stats %d", b, tr.Tokens, s.Tokens)
+		}
+		sum := 0
+		seen := map[Key]bool{}
+		for _, i := range tr.Roots {
+			sum += tr.Nodes[i].Size
+		}
+		for i, n := range tr.Nodes {
+			if seen[n.Key] {
+				t.Fatalf("batch %d: %v twice", b, n.Key)
+			}
+			seen[n.Key] = true
+			kids := 1
+			for _, k := range n.Children {
+				kids += tr.Nodes[k].Size
+				if tr.Nodes[k].Up != i || tr.Nodes[k].Depth != n.Depth+1 {
+					t.Fatalf("batch %d: child links broken", b)
+				}
+			}
+			if kids != n.Size {
+				t.Fatalf("batch %d: node %v size %d, children sum to %d", b, n.Key, n.Size, kids)
+			}
+		}
+		if sum != tr.Blocks {
+			t.Fatalf("batch %d: roots' sizes sum to %d of %d", b, sum, tr.Blocks)
+		}
+	}
 }
