@@ -80,7 +80,10 @@ func (k Kind) String() string {
 type Update struct {
 	Kind   Kind
 	Source string // Source.Name
-	Topic  string
+	// Topic is the live message's topic; a replayed batch (which comes
+	// without one) carries the last live topic seen, or Source.Topic
+	// before any.
+	Topic string
 	// Seq is the batch's sequence number (KindBatch, and KindMalformed
 	// where the sequence frame was readable; -1 otherwise).
 	Seq   int64

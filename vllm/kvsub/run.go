@@ -240,7 +240,7 @@ func (r *run) deliver(st *seqState, topic string, seq int64, payload []byte, rep
 // which the main loop drains first.
 func (r *run) replay(st *seqState, start int64) (complete bool) {
 	topic := st.topic
-	if topic == "" {
+	if r.s.src.Replay != "" && r.lastTopic != "" {
 		topic = r.lastTopic
 	}
 	lost := false
