@@ -455,6 +455,7 @@ func (a *App) use(l *loaded, e *engine.Engine, problems []string, delay time.Dur
 	clear(a.groups)
 	a.insp.Log.Clear()
 	a.insp.History.Clear()
+	a.insp.SetWindow(inspector.WindowOf(&l.m.Config))
 	go a.liveLoop(e, a.live)
 
 	a.settings.LastModel = l.path
