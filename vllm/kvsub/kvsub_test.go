@@ -423,22 +423,28 @@ func TestReplayTimeout(t *testing.T) {
 	}
 }
 
-// TestNoGoroutineLeak: after Run returns, none of its goroutines is left.
+// TestNoGoroutineLeak: after Run returns, none of its goroutines is left,
+// zmq4's for its sockets included.
 func TestNoGoroutineLeak(t *testing.T) {
 	p := newTestPub(t, "kv", 10)
 	p.publish(pack(t, batchArray(1)), true)
+	before := runtime.NumGoroutine()
 	_, ch, stop := start(t, Source{Endpoint: p.pubEP, Replay: p.replayEP})
+	collect(t, ch, 1, wait)
+	p.waitSubscribed("")
+	p.publish(pack(t, batchArray(2)), true)
 	collect(t, ch, 1, wait)
 	stop()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		buf := make([]byte, 1<<20)
 		stacks := string(buf[:runtime.Stack(buf, true)])
-		if !strings.Contains(stacks, "kvscope/vllm/kvsub.(*sock).read") && !strings.Contains(stacks, "kvscope/vllm/kvsub.(*Subscriber).Run") {
+		mine := strings.Contains(stacks, "kvscope/vllm/kvsub.(*sock).read") || strings.Contains(stacks, "kvscope/vllm/kvsub.(*Subscriber).Run")
+		if !mine && runtime.NumGoroutine() <= before {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("kvsub goroutines left after Run returned:\n%s", stacks)
+			t.Fatalf("%d goroutines left, %d before Run:\n%s", runtime.NumGoroutine(), before, stacks)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
