@@ -20,7 +20,7 @@ import (
 )
 
 // apiKeyEnv holds serve's API key when --api-key is not given.
-const apiKeyEnv = "KVSCOPE_API_KEY"
+const apiKeyEnv = server.APIKeyEnv
 
 // serveStop is what ends serve: SIGINT or SIGTERM (tests replace it).
 var serveStop = func() (<-chan os.Signal, func()) {
@@ -129,23 +129,15 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 }
 
 // checkAddr refuses an address that is not host:port, and one other than
-// loopback without an API key.
+// loopback without an API key (server.CheckAddr's rule), in the flags'
+// words.
 func checkAddr(addr string, hasKey bool) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+	err := server.CheckAddr(addr, hasKey)
+	switch {
+	case errors.Is(err, server.ErrNeedsKey):
+		return fmt.Errorf("--addr %s is reachable from other machines: give an API key (--api-key or $%s), or listen on 127.0.0.1", addr, apiKeyEnv)
+	case err != nil:
 		return fmt.Errorf("--addr %q: want host:port, such as 127.0.0.1:8080", addr)
 	}
-	if hasKey || isLoopback(host) {
-		return nil
-	}
-	return fmt.Errorf("--addr %s is reachable from other machines: give an API key (--api-key or $%s), or listen on 127.0.0.1", addr, apiKeyEnv)
-}
-
-// isLoopback reports whether host names only this machine.
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return nil
 }
