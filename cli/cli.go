@@ -32,6 +32,7 @@ var Commands = []Command{
 	{"bench", "measure the cache (bench cache) and prefill and decode speed (bench speed)", benchCmd},
 	{"models", "list the GGUF models on this machine (--catalog: small chat models to download)", modelsCmd},
 	{"pull", "download a GGUF model from the Hugging Face hub, resuming an interrupted one", pullCmd},
+	{"watch", "print vLLM instances' prefix-cache figures from their KV-cache events and /metrics (--once: the totals, then exit)", watchCmd},
 }
 
 // Main runs the subcommand named by args[0] and returns the process exit
