@@ -441,7 +441,8 @@ func (a *App) use(l *loaded, e *engine.Engine, problems []string, delay time.Dur
 	a.eng, a.mdl = e, l
 	a.mu.Unlock()
 	a.chat.SetModel(e, l.format, l.problem, l.note())
-	a.controls.forget() // changes queued for the old engine are dropped
+	a.controls.forget()           // changes queued for the old engine are dropped
+	a.controls.serve.moveTo(e, l) // the API server, when on, follows the engine
 	if oldE != nil {
 		go func() { oldE.Close(); oldM.close() }()
 	}
@@ -637,7 +638,8 @@ func (a *App) close() <-chan struct{} {
 		return stopped
 	}
 	a.closed = true
-	a.models.close() // pauses downloads: their parts stay for the next start
+	served := a.controls.serve.close() // the API server: its requests cancelled, then its port closed
+	a.models.close()                   // pauses downloads: their parts stay for the next start
 	a.teach.stopAll()
 	a.chat.Close()
 	if err := a.lock.Release(); err != nil {
@@ -653,6 +655,7 @@ func (a *App) close() <-chan struct{} {
 	}
 	go func() {
 		defer close(stopped)
+		<-served // before the engine its requests run on closes
 		if e != nil {
 			e.Close()
 			m.close()

@@ -46,6 +46,7 @@ type controls struct {
 	result    *widget.Label
 	pool      *widget.Label
 	capacity  *capacityView
+	serve     *serveView    // the OpenAI-compatible server's toggle (serve.go)
 	inForce   engine.Config // the settings the last snapshot showed in force
 	root      fyne.CanvasObject
 
@@ -147,7 +148,8 @@ func newControls(a *App) *controls {
 		widget.NewFormItem("Compute backend", c.backend),
 	)
 	c.capacity = newCapacityView()
-	c.root = container.NewVScroll(container.NewVBox(form, c.pool, c.result, c.capacity.root))
+	c.serve = newServeView(a)
+	c.root = container.NewVScroll(container.NewVBox(form, c.pool, c.result, c.serve.root, c.capacity.root))
 	c.show(engine.DefaultConfig(), nil)
 	return c
 }

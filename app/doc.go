@@ -51,6 +51,15 @@
 // controls all changes made meanwhile, as one, when the one under way
 // ends, and a model opened while one loads is refused.
 //
+// The Controls tab also has a toggle for package server's
+// OpenAI-compatible API over the engine the app runs (serve.go), on the
+// address typed (server.CheckAddr's rule: loopback, or an API key); it
+// shows the address it took and the requests served, moves to the new
+// engine when the model or backend changes, and stops (its requests
+// cancelled, then its port closed) when the window closes. Outside
+// clients' requests show in the heatmap and event log as "API: <first
+// words>", the label the server gives them.
+//
 // One window holds a data folder (store.Acquire) for its life; a second
 // kvscope on the same folder says so and exits with status 1.
 package app
