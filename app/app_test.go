@@ -74,8 +74,8 @@ func TestDemoModelSaysItIsGibberish(t *testing.T) {
 		t.Fatal(err)
 	}
 	uithread.Locked(func() {
-		if note := a.chat.Engine(); note == nil {
-			t.Fatal("no engine on the demo model")
+		if c := chatContext(a); c == "" || c == "context: no model" {
+			t.Fatalf("on the demo model the chat pane says %q, want its context use", c)
 		}
 		info := ""
 		for _, it := range a.info.Items {
@@ -176,8 +176,8 @@ func TestChatFeedsTheInspector(t *testing.T) {
 	uithread.Locked(func() {
 		id := a.chat.Selected()
 		a.chat.Update(id, func(c *store.Conversation) { c.Sampling.MaxTokens = 300 })
-		test.Type(a.chat.Composer(), "Once upon a time")
-		test.Tap(a.chat.SendButton())
+		test.Type(chatComposer(t, a), "Once upon a time")
+		test.Tap(chatSend(t, a))
 	})
 	uithread.WaitFor(t, "the inspector to show the conversation's blocks", func() bool {
 		s := a.insp.Snapshot()

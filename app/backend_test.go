@@ -19,8 +19,8 @@ func TestBackendChoiceReloadsKeepingConversations(t *testing.T) {
 		t.Fatal(err)
 	}
 	uithread.Locked(func() {
-		test.Type(a.chat.Composer(), "Once upon a time")
-		test.Tap(a.chat.SendButton())
+		test.Type(chatComposer(t, a), "Once upon a time")
+		test.Tap(chatSend(t, a))
 	})
 	uithread.WaitFor(t, "the reply to finish", func() bool { return !a.chat.Running(a.chat.Selected()) })
 	var convs int

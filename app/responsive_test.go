@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"fyne.io/fyne/v2/test"
+	"fyne.io/fyne/v2/widget"
 
 	"kvscope/app/store"
 	"kvscope/app/uithread"
@@ -198,11 +199,14 @@ func TestWindowNeverWaitsOnTheEngine(t *testing.T) {
 
 	long := a.chat.Selected()
 	u.e, u.working = e, func() bool { return a.chat.Running(long) }
+	var composer *widget.Entry
+	var send *widget.Button
 	uithread.Locked(func() {
+		composer, send = chatComposer(t, a), chatSend(t, a)
 		a.chat.Update(long, func(c *store.Conversation) { c.Sampling.MaxTokens = 4 })
-		a.chat.Composer().SetText(prompt) // the user's typing: many calls, not one
+		composer.SetText(prompt) // the user's typing: many calls, not one
 	})
-	u.do("sending the 2,000-token message", func() { test.Tap(a.chat.SendButton()) })
+	u.do("sending the 2,000-token message", func() { test.Tap(send) })
 	u.do("selecting the Controls tab", func() { a.tabs.SelectIndex(1) })
 
 	// A Controls change waits for the step under way: it shows that, and
@@ -231,11 +235,11 @@ func TestWindowNeverWaitsOnTheEngine(t *testing.T) {
 	var short int64
 	u.do("starting a new conversation", func() { short = a.chat.NewConversation() })
 	uithread.Locked(func() { a.chat.Update(short, func(c *store.Conversation) { c.Sampling.MaxTokens = 4 }) })
-	u.do("typing a message", func() { test.Type(a.chat.Composer(), "Tom and his dog") })
-	u.do("sending it", func() { test.Tap(a.chat.SendButton()) })
+	u.do("typing a message", func() { test.Type(composer, "Tom and his dog") })
+	u.do("sending it", func() { test.Tap(send) })
 	uithread.Locked(func() {
-		if !a.chat.Running(short) || a.chat.Status() != "" {
-			t.Errorf("the second message did not start: running %v, status %q", a.chat.Running(short), a.chat.Status())
+		if !a.chat.Running(short) || chatError(a) != "" {
+			t.Errorf("the second message did not start: running %v, status %q", a.chat.Running(short), chatError(a))
 		}
 	})
 
@@ -272,7 +276,7 @@ func TestWindowNeverWaitsOnTheEngine(t *testing.T) {
 
 	// Step runs one long prefill step off the UI goroutine.
 	u.do("tapping Step", func() { test.Tap(a.teach.step) })
-	u.do("typing while the step runs", func() { test.Type(a.chat.Composer(), "Never lost") })
+	u.do("typing while the step runs", func() { test.Type(composer, "Never lost") })
 	u.until("the step", a.tabs, func() bool { return strings.HasPrefix(a.teach.explain.Text, "Step ") })
 	uithread.Locked(func() {
 		if x := a.teach.explain.Text; !strings.Contains(x, " prompt tokens") {

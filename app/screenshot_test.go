@@ -53,7 +53,7 @@ func TestScreenshotConversationsAreTemplated(t *testing.T) {
 	}
 	onUI(func() { a.chat.Select(first) })
 	uithread.Locked(func() {
-		if got := a.chat.TemplateText(); got != "Template: from the file" {
+		if got := chatTemplate(a); got != "Template: from the file" {
 			t.Errorf("the first conversation's mode bar says %q, want the demo file's template", got)
 		}
 		for _, c := range a.chat.Conversations().List {

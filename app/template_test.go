@@ -39,7 +39,7 @@ func TestModelTemplateReachesThePane(t *testing.T) {
 		t.Fatal(err)
 	}
 	uithread.Locked(func() {
-		if got := a.chat.TemplateText(); got != "Template: from the file" {
+		if got := chatTemplate(a); got != "Template: from the file" {
 			t.Errorf("the pane says %q, want the file's template", got)
 		}
 		if got := templateRow(a); got != "from the file" {
@@ -50,7 +50,7 @@ func TestModelTemplateReachesThePane(t *testing.T) {
 		t.Fatal(err)
 	}
 	uithread.Locked(func() {
-		if got := a.chat.TemplateText(); !strings.HasPrefix(got, "Plain completion") || !strings.Contains(got, "demo") {
+		if got := chatTemplate(a); !strings.HasPrefix(got, "Plain completion") || !strings.Contains(got, "demo") {
 			t.Errorf("on the demo model the pane says %q, want plain completion", got)
 		}
 		if got := templateRow(a); !strings.Contains(got, "plain completion") {

@@ -19,4 +19,11 @@
 // footer says how many prompt tokens the cache served. Prompts are made
 // off the UI goroutine (a template's rendering may take a while), and so
 // is the context bar's count of a conversation's tokens.
+//
+// The pane is split by concern: its layout and the conversations' state
+// (pane.go, with message.go, settings.go and modebar.go for their
+// widgets), the saver (saver.go), and the replies (reply.go), each run by
+// package app/chat/turn, which makes the prompt, submits it, streams it,
+// stops it and says how it ended with no Fyne import; reply.go hands its
+// reports to the widgets on the UI goroutine.
 package chat

@@ -184,6 +184,3 @@ func (v *messageView) setText(text string) {
 		v.text.Refresh()
 	}
 }
-
-// Text returns the text shown.
-func (v *messageView) Text() string { return v.shown }

@@ -72,15 +72,6 @@ func (b *modeBar) show(c *store.Conversation) {
 	b.root.Show()
 }
 
-// TemplateText returns what the pane says about the shown conversation's
-// prompt, such as "Template: from the file (ChatML)" ("" without a model).
-func (p *Pane) TemplateText() string {
-	if p.mode.root.Hidden {
-		return ""
-	}
-	return p.mode.label.Text
-}
-
 // count is a conversation's prompt length, counted in the background for
 // the context bar: rendering a template may take a while.
 type count struct {

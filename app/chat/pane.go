@@ -205,23 +205,6 @@ func (p *Pane) build() {
 // CreateRenderer returns the pane's renderer.
 func (p *Pane) CreateRenderer() fyne.WidgetRenderer { return widget.NewSimpleRenderer(p.root) }
 
-// SetEngine makes the pane generate on e (nil: none; sending then asks for
-// a model) with the chat template echat.FromGGUF chooses for e's model
-// (plain completion if it fails), compiled here: SetModel takes one made
-// off the UI goroutine. note is shown above the messages, such as what the
-// model is. Replies running on the previous engine are stopped.
-func (p *Pane) SetEngine(e *engine.Engine, note string) {
-	var f *echat.Formatter
-	problem := ""
-	if e != nil {
-		var err error
-		if f, err = echat.FromGGUF(e.Model().File, e.Tokenizer()); err != nil {
-			f, problem = echat.Plain(), "the model's chat template cannot be used: "+err.Error()
-		}
-	}
-	p.SetModel(e, f, problem, note)
-}
-
 // SetModel makes the pane generate on e (nil: none) with the chat
 // template f (from echat.FromGGUF on e's model; nil or echat.Plain: plain
 // completion). problem, when not "", says why the model's template is not
@@ -229,7 +212,7 @@ func (p *Pane) SetEngine(e *engine.Engine, note string) {
 // engine are stopped.
 func (p *Pane) SetModel(e *engine.Engine, f *echat.Formatter, problem, note string) {
 	for _, r := range p.runs {
-		r.cancel()
+		r.turn.Stop()
 	}
 	p.eng = e
 	p.context = 0
@@ -251,9 +234,6 @@ func (p *Pane) SetModel(e *engine.Engine, f *echat.Formatter, problem, note stri
 	p.showContext()
 	p.showButtons()
 }
-
-// Engine returns the engine the pane generates on.
-func (p *Pane) Engine() *engine.Engine { return p.eng }
 
 // find returns the index of conversation id in data.List, or -1.
 func (p *Pane) find(id int64) int {
@@ -372,7 +352,7 @@ func (p *Pane) window() fyne.Window {
 // without asking: the delete button asks first.
 func (p *Pane) Delete(id int64) {
 	if r := p.runs[id]; r != nil {
-		r.cancel()
+		r.turn.Stop()
 		delete(p.runs, id)
 	}
 	p.mu.Lock()
@@ -502,29 +482,12 @@ func (p *Pane) showContext() {
 	p.ctxBar.SetValue(min(1, float64(n)/float64(p.context)))
 }
 
-// ContextText returns the context-usage line shown.
-func (p *Pane) ContextText() string { return p.ctxLabel.Text }
-
 // showError shows a problem above the composer ("" hides it).
 func (p *Pane) showError(msg string) {
 	p.status.SetText(msg)
 	p.status.Hidden = msg == ""
 	p.status.Refresh()
 }
-
-// Status returns the error line above the composer ("" when hidden).
-func (p *Pane) Status() string {
-	if p.status.Hidden {
-		return ""
-	}
-	return p.status.Text
-}
-
-// Composer returns the message entry.
-func (p *Pane) Composer() *widget.Entry { return p.composer }
-
-// SendButton returns the Send button.
-func (p *Pane) SendButton() *widget.Button { return p.sendBtn }
 
 // Send sends the composer's text in the shown conversation (replacing the
 // message being edited and everything after it, in edit mode) and starts
@@ -617,7 +580,7 @@ func (p *Pane) Running(id int64) bool { return p.runs[id] != nil }
 // Stop ends conversation id's reply; the text so far stays.
 func (p *Pane) Stop(id int64) {
 	if r := p.runs[id]; r != nil {
-		r.cancel()
+		r.turn.Stop()
 	}
 }
 
@@ -700,14 +663,6 @@ func (p *Pane) ConversationOf(req uint64) (int64, bool) {
 	return id, ok
 }
 
-// TitleOf returns conversation id's title, or "".
-func (p *Pane) TitleOf(id int64) string {
-	if c := p.conv(id); c != nil {
-		return c.Title
-	}
-	return ""
-}
-
 // Close stops every reply, the background saver, and saves.
 func (p *Pane) Close() {
 	if p.closed {
@@ -715,7 +670,7 @@ func (p *Pane) Close() {
 	}
 	p.closed = true
 	for _, r := range p.runs {
-		r.cancel()
+		r.turn.Stop()
 	}
 	close(p.stopSaver)
 	<-p.saverDone

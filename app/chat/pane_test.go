@@ -53,7 +53,7 @@ func newPane(t *testing.T, dir string, e *engine.Engine) (*Pane, fyne.Window) {
 	var w fyne.Window
 	uithread.Locked(func() {
 		p = New(st, data)
-		p.SetEngine(e, "stories260K: plain completion")
+		setEngine(p, e, "stories260K: plain completion")
 		w = test.NewTempWindow(t, p)
 		w.Resize(fyne.NewSize(900, 700))
 	})
@@ -74,8 +74,8 @@ func TestTypingAndSendingStreamsAReply(t *testing.T) {
 	p, _ := newPane(t, t.TempDir(), storiesEngine(t))
 	uithread.Locked(func() {
 		p.edit(p.Selected(), func(c *store.Conversation) { c.Sampling.MaxTokens = 40 })
-		test.Type(p.Composer(), "Once upon a time")
-		test.Tap(p.SendButton())
+		test.Type(p.composer, "Once upon a time")
+		test.Tap(p.sendBtn)
 	})
 	var streamed bool
 	uithread.WaitFor(t, "the reply to finish", func() bool {
@@ -100,15 +100,15 @@ func TestTypingAndSendingStreamsAReply(t *testing.T) {
 		if c.Title != "Once upon a time" {
 			t.Errorf("title %q, want the first message", c.Title)
 		}
-		if p.Composer().Text != "" {
-			t.Errorf("composer still holds %q", p.Composer().Text)
+		if p.composer.Text != "" {
+			t.Errorf("composer still holds %q", p.composer.Text)
 		}
 		v := p.views[1]
-		if v.Text() != m.Text || !strings.Contains(v.footer.Text, "tok/s") || !strings.Contains(v.footer.Text, "40 tokens") {
-			t.Errorf("reply view shows %q / %q", v.Text(), v.footer.Text)
+		if shownText(v) != strings.Join(Segments(m.Text, SegmentChars), "|") || !strings.Contains(v.footer.Text, "tok/s") || !strings.Contains(v.footer.Text, "40 tokens") {
+			t.Errorf("reply view shows %q / %q", shownText(v), v.footer.Text)
 		}
-		if !strings.HasPrefix(p.ContextText(), "context: ") || strings.HasPrefix(p.ContextText(), "context: 0 ") {
-			t.Errorf("context indicator %q", p.ContextText())
+		if !strings.HasPrefix(p.ctxLabel.Text, "context: ") || strings.HasPrefix(p.ctxLabel.Text, "context: 0 ") {
+			t.Errorf("context indicator %q", p.ctxLabel.Text)
 		}
 	})
 	if !streamed {
@@ -193,10 +193,10 @@ func TestEditAndResend(t *testing.T) {
 			t.Fatalf("%d messages, want 4", n)
 		}
 		p.EditMessage(0)
-		if p.Composer().Text != "The cat sat" || p.editBar.Hidden {
-			t.Fatalf("edit mode: composer %q, bar hidden %v", p.Composer().Text, p.editBar.Hidden)
+		if p.composer.Text != "The cat sat" || p.editBar.Hidden {
+			t.Fatalf("edit mode: composer %q, bar hidden %v", p.composer.Text, p.editBar.Hidden)
 		}
-		p.Composer().SetText("The bird sang")
+		p.composer.SetText("The bird sang")
 		p.Send()
 	})
 	uithread.WaitFor(t, "the edited reply", func() bool { return lastMessage(p).Finish != "" })
@@ -269,7 +269,7 @@ func TestPersistenceRoundTripAndDraft(t *testing.T) {
 	}
 	uithread.Locked(func() {
 		p.Stop(id)
-		p.Composer().SetText("a draft not sent")
+		p.composer.SetText("a draft not sent")
 	})
 	uithread.WaitFor(t, "the stop", func() bool { return !p.Running(id) })
 	uithread.Locked(p.Close)
@@ -281,8 +281,8 @@ func TestPersistenceRoundTripAndDraft(t *testing.T) {
 		if c == nil || c.ID != id || c.System != "Stories for children." || len(c.Messages) != 2 || c.Draft != "a draft not sent" {
 			t.Fatalf("restored %+v", c)
 		}
-		if p2.Composer().Text != "a draft not sent" || len(p2.views) != 2 {
-			t.Errorf("restored pane shows composer %q and %d messages", p2.Composer().Text, len(p2.views))
+		if p2.composer.Text != "a draft not sent" || len(p2.views) != 2 {
+			t.Errorf("restored pane shows composer %q and %d messages", p2.composer.Text, len(p2.views))
 		}
 	})
 }

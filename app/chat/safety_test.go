@@ -160,7 +160,7 @@ func TestEditingAMessageKeepsTheDraft(t *testing.T) {
 		{"send the edit", true, func(t *testing.T, p *Pane) {
 			p.edit(1, func(c *store.Conversation) { c.Sampling.MaxTokens = 3 })
 			p.Send()
-			if s := p.Status(); s != "" {
+			if s := shownError(p); s != "" {
 				t.Fatalf("send failed: %s", s)
 			}
 		}, 2},
@@ -171,16 +171,16 @@ func TestEditingAMessageKeepsTheDraft(t *testing.T) {
 				store.Message{Role: "user", Text: "first"}, store.Message{Role: "assistant", Text: "reply", Finish: "stop"}))
 			if tc.needModel {
 				e := storiesEngine(t)
-				uithread.Locked(func() { p.SetEngine(e, "") })
+				uithread.Locked(func() { setEngine(p, e, "") })
 			}
 			uithread.Locked(func() {
 				test.NewTempWindow(t, p)
-				test.Type(p.Composer(), draft)
+				test.Type(p.composer, draft)
 				p.EditMessage(0)
-				if p.Composer().Text != "first" {
-					t.Fatalf("edit mode shows %q, want the message", p.Composer().Text)
+				if p.composer.Text != "first" {
+					t.Fatalf("edit mode shows %q, want the message", p.composer.Text)
 				}
-				test.Type(p.Composer(), " and more")
+				test.Type(p.composer, " and more")
 				if d := p.conv(1).Draft; d != draft {
 					t.Fatalf("while editing the draft became %q", d)
 				}
@@ -191,9 +191,9 @@ func TestEditingAMessageKeepsTheDraft(t *testing.T) {
 			}
 			uithread.Locked(func() {
 				c := p.conv(1)
-				if c.Draft != draft || p.Composer().Text != draft || !p.editBar.Hidden {
+				if c.Draft != draft || p.composer.Text != draft || !p.editBar.Hidden {
 					t.Errorf("after the edit: draft %q, composer %q, edit bar hidden %v; want the draft back",
-						c.Draft, p.Composer().Text, p.editBar.Hidden)
+						c.Draft, p.composer.Text, p.editBar.Hidden)
 				}
 				if len(c.Messages) != tc.wantMsgs || c.Messages[0].Text != map[bool]string{true: "first and more", false: "first"}[tc.needModel] {
 					t.Errorf("messages after the edit: %+v", c.Messages)
@@ -291,7 +291,7 @@ func TestPaneNeverSavesOverAFileItCouldNotRead(t *testing.T) {
 	uithread.Locked(func() {
 		p = New(st, data)
 		p.Save()
-		if s := p.Status(); !strings.Contains(s, "not saving") {
+		if s := shownError(p); !strings.Contains(s, "not saving") {
 			t.Errorf("status %q, want the refusal to save", s)
 		}
 		p.Close()
@@ -316,8 +316,8 @@ func TestFailedSaveIsReportedAndRetried(t *testing.T) {
 		}
 		p.edit(1, func(c *store.Conversation) { c.Draft = "kept" })
 		p.Save()
-		if !strings.Contains(p.Status(), "could not be saved") || len(reported) != 1 || !p.dirty() {
-			t.Errorf("failed save: status %q, %d reported, dirty %v", p.Status(), len(reported), p.dirty())
+		if !strings.Contains(shownError(p), "could not be saved") || len(reported) != 1 || !p.dirty() {
+			t.Errorf("failed save: status %q, %d reported, dirty %v", shownError(p), len(reported), p.dirty())
 		}
 		os.Remove(st.Dir())
 		os.Mkdir(st.Dir(), 0o755)

@@ -30,7 +30,7 @@ func TestChatMLConversationReusesEachTurn(t *testing.T) {
 		p.Update(id, func(c *store.Conversation) {
 			c.Sampling.MaxTokens, c.Sampling.Temperature, c.Sampling.Seed = 24, 0, 1
 		})
-		if got, want := p.TemplateText(), "Template: from the file (ChatML)"; got != want {
+		if got, want := templateText(p), "Template: from the file (ChatML)"; got != want {
 			t.Errorf("the conversation says %q, want %q", got, want)
 		}
 	})
@@ -117,7 +117,7 @@ func TestChatMLConversationReusesEachTurn(t *testing.T) {
 		}
 		// Edit-and-resend turn 2: turn 1 is reused.
 		p.EditMessage(2)
-		p.Composer().SetText("Something else.")
+		p.composer.SetText("Something else.")
 		p.Send()
 	})
 	uithread.WaitFor(t, "the edited reply", func() bool { return !p.Running(id) })
@@ -139,7 +139,7 @@ func TestChatMLConversationReusesEachTurn(t *testing.T) {
 		if c := p.conv(id); !c.Plain {
 			t.Error("checking Plain completion did not change the conversation")
 		}
-		if got := p.TemplateText(); !strings.HasPrefix(got, "Plain completion") {
+		if got := templateText(p); !strings.HasPrefix(got, "Plain completion") {
 			t.Errorf("plain conversation says %q", got)
 		}
 		if err := p.Regenerate(id); err != nil {
@@ -217,8 +217,8 @@ func TestModeBarChoices(t *testing.T) {
 
 	sp, _ := newPane(t, t.TempDir(), storiesEngine(t))
 	uithread.Locked(func() {
-		if sp.mode.plain.Visible() || sp.mode.think.Visible() || sp.TemplateText() != "Plain completion: the model has no chat template" {
-			t.Errorf("stories260K: plain shown %v, thinking shown %v, says %q", sp.mode.plain.Visible(), sp.mode.think.Visible(), sp.TemplateText())
+		if sp.mode.plain.Visible() || sp.mode.think.Visible() || templateText(sp) != "Plain completion: the model has no chat template" {
+			t.Errorf("stories260K: plain shown %v, thinking shown %v, says %q", sp.mode.plain.Visible(), sp.mode.think.Visible(), templateText(sp))
 		}
 	})
 }
