@@ -18,6 +18,7 @@ import (
 
 	"kvscope/app/chat"
 	"kvscope/app/inspector"
+	"kvscope/app/remote"
 	"kvscope/app/store"
 	"kvscope/app/uithread"
 	"kvscope/engine"
@@ -232,7 +233,7 @@ func (a *App) build() {
 	a.tabTeaching = container.NewTabItem("Teaching", a.teach.root)
 	a.tabModel = container.NewTabItem("Model", infoTab)
 	a.tabModels = container.NewTabItem("Models", modelsTab)
-	a.tabs = container.NewAppTabs(a.tabInspector, a.tabControls, a.tabTeaching, a.tabModel, a.tabModels)
+	a.tabs = container.NewAppTabs(a.tabInspector, a.tabControls, a.tabTeaching, a.tabModel, a.tabModels, container.NewTabItem("Remote", remote.New(a.win)))
 	split := container.NewHSplit(a.chat, a.tabs)
 	split.Offset = 0.47
 	top := container.NewBorder(nil, nil, a.modelBtn, nil, a.status)
