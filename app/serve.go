@@ -271,6 +271,9 @@ func (v *serveView) showRunning(sv *serving, n uint64, note string) {
 		v.say(widget.MediumImportance, "Starting on "+sv.want+"…"+note)
 		return
 	}
+	if sv.key != "" {
+		note = " Clients must send the API key." + note
+	}
 	v.say(widget.SuccessImportance, fmt.Sprintf("Serving http://%s/v1 (model %s): %d %s served.%s",
 		sv.bound, sv.model, n, plural(int(n), "request", "requests"), note))
 }

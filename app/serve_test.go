@@ -45,13 +45,12 @@ func serveOff(t *testing.T, a *App) {
 	uithread.WaitFor(t, "the server to stop", func() bool { return v.run == nil })
 }
 
-// complete sends one /v1/completions request with Go's client and returns
-// its status and body.
-func complete(t *testing.T, addr, key, body string) (int, []byte) {
-	t.Helper()
+// post sends one /v1/completions request with Go's client (and key, when
+// not empty) and returns its status and body.
+func post(addr, key, body string) (int, []byte, error) {
 	req, err := http.NewRequest("POST", "http://"+addr+"/v1/completions", strings.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
@@ -60,14 +59,22 @@ func complete(t *testing.T, addr, key, body string) (int, []byte) {
 	c := &http.Client{Timeout: 60 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatalf("POST /v1/completions: %v", err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// complete is post, failing the test when the request does not get an
+// answer.
+func complete(t *testing.T, addr, key, body string) (int, []byte) {
+	t.Helper()
+	status, b, err := post(addr, key, body)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("POST /v1/completions: %v", err)
 	}
-	return resp.StatusCode, b
+	return status, b
 }
 
 // closed fails the test when something still answers on addr.
@@ -113,11 +120,12 @@ func TestServerToggleShowsAPIRequestsInTheInspector(t *testing.T) {
 	type reply struct {
 		status int
 		body   []byte
+		err    error
 	}
 	got := make(chan reply, 1)
 	go func() {
-		s, b := complete(t, addr, "", `{"prompt": "Once upon a time there was a little girl", "max_tokens": 48, "temperature": 0}`)
-		got <- reply{s, b}
+		s, b, err := post(addr, "", `{"prompt": "Once upon a time there was a little girl", "max_tokens": 48, "temperature": 0}`)
+		got <- reply{s, b, err}
 	}()
 	const want = "API: Once upon a time"
 	var seen string
@@ -154,6 +162,9 @@ func TestServerToggleShowsAPIRequestsInTheInspector(t *testing.T) {
 		Usage   struct {
 			CompletionTokens int `json:"completion_tokens"`
 		}
+	}
+	if r.err != nil {
+		t.Fatalf("POST /v1/completions: %v", r.err)
 	}
 	if err := json.Unmarshal(r.body, &out); r.status != http.StatusOK || err != nil || len(out.Choices) != 1 || out.Usage.CompletionTokens == 0 {
 		t.Fatalf("the request got %d %s (%v)", r.status, r.body, err)
@@ -214,6 +225,11 @@ func TestServerToggleRefuses(t *testing.T) {
 	// With a key, the server listens and wants it.
 	uithread.Locked(func() { v.key.SetText("s3cret") })
 	addr := serveOn(t, a, "127.0.0.1:0")
+	uithread.Locked(func() {
+		if !strings.Contains(v.Line(), "must send the API key") {
+			t.Errorf("with a key the toggle's line does not say clients need it: %q", v.Line())
+		}
+	})
 	body := `{"prompt": "Lily had a dog", "max_tokens": 4}`
 	if s, b := complete(t, addr, "", body); s != http.StatusUnauthorized {
 		t.Errorf("without the key: %d %s", s, b)
