@@ -22,7 +22,6 @@ import (
 	"kvscope/app/store"
 	"kvscope/app/uithread"
 	"kvscope/engine"
-	"kvscope/engine/backend/native"
 	"kvscope/engine/kvcache"
 )
 
@@ -359,21 +358,10 @@ func (a *App) openAsync(path string) {
 // this model cannot take, a backend that does not load) comes back in
 // problems, for use to show.
 func load(path string, cfg engine.Config, delay time.Duration, be string) (l *loaded, e *engine.Engine, problems []string, err error) {
-	l, err = loadModel(path)
+	l, problems, err = loadModel(path, be)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	b, note, err := native.Choose(be)
-	if err != nil {
-		problems = append(problems, fmt.Sprintf("The %s backend does not load (%v); the best that does runs instead.", be, err))
-		b, note, _ = native.Choose("auto")
-	}
-	if err := l.m.Use(b); err != nil {
-		problems = append(problems, fmt.Sprintf("%v; the Go backend runs instead.", err))
-		l.m.Use(nil)
-		note = "backend go: the fallback"
-	}
-	l.backend = note
 	e, err = engine.New(l.m, l.tok, cfg)
 	if err != nil {
 		// Saved settings this model cannot take: fall back to the defaults.

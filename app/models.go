@@ -3,8 +3,6 @@ package app
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/dustin/go-humanize"
@@ -17,6 +15,7 @@ import (
 	"kvscope/engine/model"
 	"kvscope/engine/synth"
 	"kvscope/engine/tokenizer"
+	"kvscope/loader"
 )
 
 // DemoModel is the name settings use for the built-in demo model.
@@ -34,86 +33,48 @@ type loaded struct {
 	size int64  // file bytes
 	// backend says which compute backend runs and why (one sentence).
 	backend string
-	// format makes the chat pane's prompts (see setFormat); problem says
+	// format makes the chat pane's prompts (see loadModel); problem says
 	// why the file's chat template is not used, or is "".
 	format  *echat.Formatter
 	problem string
 }
 
-// setFormat chooses how conversations become prompts: the chat template
-// echat.FromGGUF picks for the file (its own, or one its vocabulary's
-// control tokens call for), else plain completion. The demo model is plain
-// completion: its template is a plain-text placeholder and its words are
-// random, so the lessons' prompts stay the conversations' text.
-func (l *loaded) setFormat() {
-	l.format = echat.Plain()
-	if l.demo() {
-		l.problem = "the demo model's words are random, so its placeholder template is not used"
-		return
-	}
-	f, err := echat.FromGGUF(l.m.File, l.tok)
-	if err != nil {
-		l.problem = "its chat template cannot be used (" + err.Error() + ")"
-		return
-	}
-	l.format = f
-}
-
-// loadModel opens a GGUF file, or the demo model when path is DemoModel.
-func loadModel(path string) (*loaded, error) {
+// loadModel opens a GGUF file, or the demo model when path is DemoModel,
+// on compute backend be (native.Choose's names; "": the best that loads)
+// through package loader, as the CLI does. A backend that does not load
+// or cannot take the model gives way to one that does, said in problems.
+// Conversations become prompts through the chat template the loader
+// chose for the file (its own, or one its vocabulary's control tokens
+// call for), else plain completion. The demo model is plain completion:
+// its template is a plain-text placeholder and its words are random, so
+// the lessons' prompts stay the conversations' text.
+func loadModel(path, be string) (l *loaded, problems []string, err error) {
+	opt := loader.Options{Backend: be, Fallback: true}
+	var lm *loader.Model
 	if path == DemoModel {
-		return loadDemo()
+		data, err := synth.Generate(synth.Demo, DemoSeed)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot make the demo model: %w", err)
+		}
+		if lm, err = loader.FromMemory(data, "the demo model", opt); err != nil {
+			return nil, nil, err
+		}
+		lm.Name = synth.Demo.Name
+	} else if lm, err = loader.Open(path, opt); err != nil {
+		return nil, nil, err
 	}
-	// Saved settings name the model absolutely, so that the app finds it
-	// again when started from another folder.
-	if abs, err := filepath.Abs(path); err == nil {
-		path = abs
+	// The loader names the file absolutely, so that saved settings find it
+	// again when the app starts from another folder.
+	l = &loaded{m: lm.Model, tok: lm.Tok, path: lm.Path, name: lm.Name, size: lm.Size, backend: lm.Backend, format: lm.Format}
+	switch {
+	case path == DemoModel:
+		l.path = DemoModel
+		l.format = echat.Plain()
+		l.problem = "the demo model's words are random, so its placeholder template is not used"
+	case lm.FormatErr != nil:
+		l.problem = "its chat template cannot be used (" + lm.FormatErr.Error() + ")"
 	}
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("cannot open model %s: %w", path, err)
-	}
-	if info.IsDir() {
-		return nil, fmt.Errorf("%s is a directory, not a GGUF model file", path)
-	}
-	m, err := model.Load(path)
-	if err != nil {
-		return nil, fmt.Errorf("cannot load model %s: %w", path, err)
-	}
-	tok, err := tokenizer.FromGGUF(m.File)
-	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("cannot read the tokenizer of %s: %w", path, err)
-	}
-	l := &loaded{m: m, tok: tok, path: path, size: info.Size(), name: filepath.Base(path)}
-	if n, ok := m.File.String("general.name"); ok && strings.TrimSpace(n) != "" {
-		l.name = n
-	}
-	l.setFormat()
-	return l, nil
-}
-
-// loadDemo generates the built-in demo model (random weights).
-func loadDemo() (*loaded, error) {
-	data, err := synth.Generate(synth.Demo, DemoSeed)
-	if err != nil {
-		return nil, fmt.Errorf("cannot make the demo model: %w", err)
-	}
-	f, err := gguf.Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the demo model: %w", err)
-	}
-	m, err := model.New(f)
-	if err != nil {
-		return nil, fmt.Errorf("cannot load the demo model: %w", err)
-	}
-	tok, err := tokenizer.FromGGUF(f)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the demo model's tokenizer: %w", err)
-	}
-	l := &loaded{m: m, tok: tok, path: DemoModel, name: synth.Demo.Name, size: int64(len(data))}
-	l.setFormat()
-	return l, nil
+	return l, lm.Problems, nil
 }
 
 func (l *loaded) close() {

@@ -9,6 +9,7 @@ import (
 	"kvscope/engine/backend/native"
 	"kvscope/engine/model"
 	"kvscope/engine/tokenizer"
+	"kvscope/loader"
 )
 
 // loaded is a model with its tokenizer, on its backend.
@@ -19,26 +20,15 @@ type loaded struct {
 }
 
 // load opens a model file and moves it onto the backend called be (see
-// native.Choose; "" means $KVSCOPE_BACKEND, else the best that loads).
+// native.Choose; "" means $KVSCOPE_BACKEND, else the best that loads),
+// through package loader, as the app does. A backend that does not load
+// is an error: the one named on the command line is the one that runs.
 func load(path, be string) (*loaded, error) {
-	b, note, err := native.Choose(be)
-	if err != nil {
-		return nil, err
-	}
-	m, err := model.Load(path)
+	l, err := loader.Open(path, loader.Options{Backend: be})
 	if err != nil {
 		return nil, fileErr("m", err)
 	}
-	tok, err := tokenizer.FromGGUF(m.File)
-	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if err := m.Use(b); err != nil {
-		m.Close()
-		return nil, err
-	}
-	return &loaded{m: m, tok: tok, backend: note}, nil
+	return &loaded{m: l.Model, tok: l.Tok, backend: l.Backend}, nil
 }
 
 // backendFlag defines --backend, checked as it is parsed.
