@@ -76,6 +76,7 @@ type vllmPanel struct {
 	tokName                 *widget.Label
 	tok                     *tokenizer.Tokenizer
 	usage, hits, reqs, pre  *chart
+	left                    *fyne.Container // the form and the figures
 	root                    fyne.CanvasObject
 
 	stop     chan struct{}
@@ -115,7 +116,6 @@ func newVLLMPanel(win fyne.Window) *vllmPanel {
 	)
 	p.rows = container.NewVBox()
 	p.total = widget.NewLabelWithStyle("No instance watched.", fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
-	p.total.Wrapping = fyne.TextWrapWord
 	p.pick = widget.NewSelect(nil, func(name string) {
 		p.mu.Lock()
 		p.shown = name
@@ -156,9 +156,12 @@ func newVLLMPanel(win fyne.Window) *vllmPanel {
 	p.pre.set("Preemptions", nil)
 	charts := container.NewGridWithRows(4, p.usage.root, p.hits.root, p.reqs.root, p.pre.root)
 
-	left := container.NewVBox(form, add, p.status, widget.NewSeparator(), p.total, p.rows)
+	p.left = container.NewVBox(form, add, p.status, widget.NewSeparator(), p.total, p.rows)
+	left := p.left
 	treeTop := container.NewBorder(nil, nil, widget.NewLabel("Prefix cache of"), nil, p.pick)
-	treeBottom := container.NewVBox(p.details, container.NewBorder(nil, nil, openTok, nil, p.tokName), container.NewVScroll(p.text))
+	chainText := container.NewVScroll(p.text)
+	chainText.SetMinSize(fyne.NewSize(0, 96))
+	treeBottom := container.NewVBox(p.details, container.NewBorder(nil, nil, openTok, nil, p.tokName), chainText)
 	treePane := container.NewBorder(treeTop, treeBottom, nil, nil, p.tree)
 	right := container.NewHSplit(treePane, charts)
 	right.Offset = 0.72
@@ -201,7 +204,6 @@ func (p *vllmPanel) AddSource(src kvsub.Source, metricsURL string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &source{src: sub.Source(), metricsURL: metricsURL, cancel: cancel, done: make(chan struct{})}
 	s.row = widget.NewLabel(src.Name + ": connecting…")
-	s.row.Wrapping = fyne.TextWrapWord
 	p.cluster.Source(src.Name) // its row shows before its first batch
 	if metricsURL != "" {
 		s.series = metrics.NewSeries(600)
@@ -352,17 +354,17 @@ func (p *vllmPanel) compute() frame {
 		a, r := c.Churn(ChurnWindow)
 		storedPS += a
 		removedPS += r
-		row := fmt.Sprintf("%s: %d cached blocks in %d chains; churn +%.1f/−%.1f blocks/s; %d evicted", s.src.Name, st.Blocks, st.Roots, a, r, st.Removed)
+		row := fmt.Sprintf("%s\n%d cached blocks in %d chains, %d evicted\nchurn +%.1f / −%.1f blocks/s", s.src.Name, st.Blocks, st.Roots, st.Removed, a, r)
 		if s.series != nil {
 			if m, ok := s.series.Last(); ok {
-				row += fmt.Sprintf("; hit rate %.1f%% (%.1f%% lately), usage %.1f%%, %.0f running, %.0f waiting", 100*m.HitRate(), 100*s.series.HitRate(ChurnWindow*3), 100*m.KVCacheUsage, m.Running, m.Waiting)
+				row += fmt.Sprintf("\nprefix hit rate %.1f%% (%.1f%% lately)\nusage %.1f%%, %.0f running, %.0f waiting", 100*m.HitRate(), 100*s.series.HitRate(ChurnWindow*3), 100*m.KVCacheUsage, m.Running, m.Waiting)
 				sum.PrefixCacheHits += m.PrefixCacheHits
 				sum.PrefixCacheQueries += m.PrefixCacheQueries
 				nMet++
 			}
 		}
 		if st.Lost > 0 {
-			row += fmt.Sprintf("; %d batches lost: the picture may be incomplete", st.Lost)
+			row += fmt.Sprintf("\n%d batches lost: the picture may be incomplete", st.Lost)
 		}
 		if pr := s.lastProblem(); pr != "" {
 			row += "\nlast problem: " + pr
@@ -382,9 +384,9 @@ func (p *vllmPanel) compute() frame {
 	}
 	if len(sources) > 0 {
 		total, distinct := p.cluster.Total()
-		f.total = fmt.Sprintf("Total over %d instances: %d cached blocks (%d distinct), %d tokens; churn +%.1f/−%.1f blocks/s; %d evicted", len(sources), total.Blocks, distinct, total.Tokens, storedPS, removedPS, total.Removed)
+		f.total = fmt.Sprintf("Total, %d instances\n%d cached blocks (%d distinct), %d tokens\nchurn +%.1f / −%.1f blocks/s, %d evicted", len(sources), total.Blocks, distinct, total.Tokens, storedPS, removedPS, total.Removed)
 		if nMet > 0 {
-			f.total += fmt.Sprintf("; prefix hit rate %.1f%%", 100*sum.HitRate())
+			f.total += fmt.Sprintf("\nprefix hit rate %.1f%%", 100*sum.HitRate())
 		}
 	}
 	return f
@@ -392,9 +394,11 @@ func (p *vllmPanel) compute() frame {
 
 // show puts a frame on screen (UI goroutine).
 func (p *vllmPanel) show(f frame) {
+	changed := false
 	for s, row := range f.rows {
 		if s.row.Text != row {
 			s.row.SetText(row)
+			changed = true
 		}
 	}
 	if f.total == "" {
@@ -402,6 +406,11 @@ func (p *vllmPanel) show(f frame) {
 	}
 	if p.total.Text != f.total {
 		p.total.SetText(f.total)
+		changed = true
+	}
+	if changed {
+		p.rows.Refresh()
+		p.left.Refresh() // the labels' heights changed with their lines
 	}
 	if !f.hasTree {
 		return
@@ -434,8 +443,8 @@ func (p *vllmPanel) show(f frame) {
 	if len(f.series) > 0 {
 		m := f.series[len(f.series)-1]
 		p.usage.set(fmt.Sprintf("KV-cache usage %.1f%%", 100*last(usage)), usage)
-		p.hits.set(fmt.Sprintf("Prefix-cache hit rate %.1f%% (since start %.1f%%)", 100*last(hit), 100*m.HitRate()), hit)
-		p.reqs.set(fmt.Sprintf("Requests running %.0f, waiting %.0f", m.Running, m.Waiting), run)
+		p.hits.set(fmt.Sprintf("Hit rate %.1f%% (all: %.1f%%)", 100*last(hit), 100*m.HitRate()), hit)
+		p.reqs.set(fmt.Sprintf("Running %.0f, waiting %.0f", m.Running, m.Waiting), run)
 		p.pre.set(fmt.Sprintf("Preemptions %.0f", m.Preemptions), pre)
 	}
 }
@@ -457,7 +466,7 @@ func (p *vllmPanel) showChain() {
 		for j, id := range ids {
 			xs[j] = int(id)
 		}
-		body = fmt.Sprintf("%q", p.tok.Decode(xs))
+		body = "“" + p.tok.Decode(xs) + "”"
 	} else {
 		var b strings.Builder
 		for j, id := range ids {
