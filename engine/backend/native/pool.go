@@ -1,6 +1,7 @@
 package native
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,41 +32,109 @@ var workers struct {
 // spinFor is how long an idle helper watches for work before it parks.
 const spinFor = 2 * time.Millisecond
 
-// perWorker sets the first range of a job: a perWorker-th of a worker's
-// share (then of what is left).
-var perWorker = 4
-
-// job is one parallel call: ranges of [0, total) taken in turn, each a
-// share of what is left (guided scheduling): large at first, for long
-// streams through the weights, down to unit at the end, so that the
-// workers finish together.
+// job is one parallel call over [0, total), cut into one contiguous region
+// per worker. A worker takes ranges from the front of its own region, a
+// quarter of what is left in it at a time (down to unit), so that its
+// ranges follow one another in memory: the kernels' prefetches past the end
+// of one range fetch the start of the worker's next, and each core streams
+// through one run of the weights. A worker whose region is empty steals
+// from the back of the others', half of what is left, so that a worker that
+// started late or was preempted does not hold the call up. (A single
+// shared cursor, as before, dealt consecutive ranges to alternate workers,
+// which broke both streams at every range.)
 type job struct {
 	f           func(a, b int) int32
 	total, unit int
-	div         int64        // a range is what is left / div
-	next        atomic.Int64 // the start of the next range to take
-	_           [56]byte     // done, which the caller polls, apart from next
+	regions     []region
+	joined      atomic.Int32 // workers that took a region index
+	_           [56]byte     // done, which the caller polls, apart from the rest
 	done        atomic.Int64 // elements finished
 	bad         atomic.Int32 // the last nonzero status
 }
 
-// work takes ranges until none is left.
-func (j *job) work() {
+// region is a worker's part of a job: [lo, hi) packed as lo | hi<<32,
+// changed only by compare-and-swap.
+type region struct {
+	span atomic.Uint64
+	_    [56]byte
+}
+
+func pack(lo, hi int64) uint64 { return uint64(lo) | uint64(hi)<<32 }
+
+func unpack(v uint64) (lo, hi int64) { return int64(v & 0xffffffff), int64(v >> 32) }
+
+// newJob cuts [0, total) into nw regions of whole units.
+func newJob(f func(a, b int) int32, total, unit, nw int) *job {
+	j := &job{f: f, total: total, unit: unit, regions: make([]region, nw)}
+	units := (total + unit - 1) / unit
+	for k := range nw {
+		lo, hi := int64(units*k/nw*unit), int64(min(units*(k+1)/nw*unit, total))
+		j.regions[k].span.Store(pack(lo, max(lo, hi)))
+	}
+	return j
+}
+
+// take cuts a range off region r: from the front (own) or the back, of
+// what is left / div, rounded up to units; ok is false when it is empty.
+func (j *job) take(r *region, own bool, div int64) (a, b int64, ok bool) {
+	u := int64(j.unit)
 	for {
-		a := j.next.Load()
-		left := int64(j.total) - a
-		if left <= 0 {
+		v := r.span.Load()
+		lo, hi := unpack(v)
+		if lo >= hi {
+			return 0, 0, false
+		}
+		n := min(max((hi-lo)/div/u*u, u), hi-lo)
+		if own {
+			a, b = lo, lo+n
+			if r.span.CompareAndSwap(v, pack(b, hi)) {
+				return a, b, true
+			}
+		} else {
+			a, b = hi-n, hi
+			if a%u != 0 && a > lo { // keep range starts on units (the last unit may be short)
+				a = a / u * u
+			}
+			if r.span.CompareAndSwap(v, pack(lo, a)) {
+				return a, b, true
+			}
+		}
+	}
+}
+
+// run does f on [a, b) and counts it done.
+func (j *job) run(a, b int64) {
+	if rc := j.f(int(a), int(b)); rc != 0 {
+		j.bad.Store(rc)
+	}
+	j.done.Add(b - a)
+}
+
+// work runs worker k's region, then steals until every region is empty.
+func (j *job) work(k int) {
+	if k < len(j.regions) {
+		for {
+			a, b, ok := j.take(&j.regions[k], true, 4)
+			if !ok {
+				break
+			}
+			j.run(a, b)
+		}
+	}
+	for {
+		stole := false
+		for i := range j.regions {
+			if i == k {
+				continue
+			}
+			if a, b, ok := j.take(&j.regions[i], false, 2); ok {
+				j.run(a, b)
+				stole = true
+			}
+		}
+		if !stole {
 			return
 		}
-		n := (left/j.div + int64(j.unit) - 1) / int64(j.unit) * int64(j.unit)
-		n = min(max(n, int64(j.unit)), left)
-		if !j.next.CompareAndSwap(a, a+n) {
-			continue
-		}
-		if rc := j.f(int(a), int(a+n)); rc != 0 {
-			j.bad.Store(rc)
-		}
-		j.done.Add(n)
 	}
 }
 
@@ -94,19 +163,17 @@ func helper() {
 		}
 		seen = w.gen.Load()
 		if j := w.job.Load(); j != nil {
-			j.work()
+			j.work(int(j.joined.Add(1)))
 		}
 	}
 }
 
 // parallel runs f on ranges of [0, total), multiples of unit but the last,
-// taken in turn (the first a quarter of a worker's share, then a quarter of
-// what is left to each, and so on) by the caller and up to
-// workers-1 helpers, or on all of it at once when workers < 2 or !split.
-// A call made while another runs gets no helpers. It returns the last
-// nonzero status.
+// by the caller and up to nw-1 helpers, each through its own region first
+// (job), or on all of it at once when nw < 2 or !split. A call made while
+// another runs gets no helpers. It returns the last nonzero status.
 func parallel(nw, total, unit int, split bool, f func(a, b int) int32) int32 {
-	if nw < 2 || !split || !workers.mu.TryLock() {
+	if nw < 2 || !split || total > math.MaxUint32 || !workers.mu.TryLock() {
 		return f(0, total)
 	}
 	defer workers.mu.Unlock()
@@ -116,7 +183,7 @@ func parallel(nw, total, unit int, split bool, f func(a, b int) int32) int32 {
 		w.started.Add(1)
 		go helper()
 	}
-	j := &job{f: f, total: total, unit: unit, div: int64(perWorker * nw)}
+	j := newJob(f, total, unit, nw)
 	w.job.Store(j)
 	w.gen.Add(1)
 	for n := w.sleeping.Load(); n > 0; n-- {
@@ -125,7 +192,7 @@ func parallel(nw, total, unit int, split bool, f func(a, b int) int32) int32 {
 		default:
 		}
 	}
-	j.work()
+	j.work(0)
 	for j.done.Load() < int64(total) {
 	}
 	w.job.Store(nil)
