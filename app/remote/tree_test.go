@@ -5,11 +5,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/canvas"
 	"fyne.io/fyne/v2/test"
 
 	"kvscope/app/uithread"
@@ -224,4 +226,41 @@ func TestRemoteScreenshot(t *testing.T) {
 	var img image.Image
 	uithread.Locked(func() { img = w.Canvas().Capture() })
 	savePNG(t, filepath.Join(dir, "remote-tree.png"), img)
+}
+
+// Hit counts, where a source reports them, are written on the blocks big
+// enough to hold them and drawn as a light top edge.
+func TestTreeHitLabels(t *testing.T) {
+	test.NewTempApp(t)
+	v := NewTreeView()
+	w := test.NewWindow(v)
+	defer w.Close()
+	w.Resize(fyne.NewSize(600, 400))
+	c := prefixcache.New(prefixcache.Options{})
+	b, err := kvevents.DecodeBatch(mustPack(t, []any{1.0, []any{stored([]uint64{1, 2}, nil, 4), stored([]uint64{3}, uint64(1), 4)}, 0}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Apply(b)
+	if !c.AddHits(prefixcache.Key{Group: -1, Hash: kvevents.IntHash(1)}, 7) {
+		t.Fatal("block 1 is not cached")
+	}
+	v.SetTree(c.Tree(), nil)
+	var texts []string
+	for _, o := range test.LaidOutObjects(v) {
+		if tx, ok := o.(*canvas.Text); ok && tx.Visible() {
+			texts = append(texts, tx.Text)
+		}
+	}
+	if !slices.Equal(texts, []string{"7 hits"}) {
+		t.Errorf("labels %q, want one saying 7 hits", texts)
+	}
+	if d := v.Describe(0); !strings.Contains(d, "7 hits") || !strings.Contains(d, "2 blocks (8 tokens) hang on it in 2 branches") {
+		t.Errorf("root described as %q", d)
+	}
+	img := image.NewRGBA(image.Rect(0, 0, 300, 200))
+	RenderTree(img, v.Tree(), v.Cells(), -1, nil)
+	if px := img.RGBAAt(40, 0); px != hitColor {
+		t.Errorf("top edge of the hit block %v, want %v", px, hitColor)
+	}
 }
