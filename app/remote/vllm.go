@@ -372,8 +372,8 @@ func (p *vllmPanel) compute() frame {
 		f.rows[s] = row
 		if s.src.Name == shown {
 			tr := c.Tree()
-			evs, next := c.EvictionsSince(s.evCursor)
 			p.mu.Lock()
+			evs, next := c.EvictionsSince(s.evCursor)
 			s.evCursor = next
 			p.mu.Unlock()
 			f.tree, f.evicted, f.hasTree = tr, evs, true
@@ -412,7 +412,10 @@ func (p *vllmPanel) show(f frame) {
 		p.rows.Refresh()
 		p.left.Refresh() // the labels' heights changed with their lines
 	}
-	if !f.hasTree {
+	p.mu.Lock()
+	stale := f.shown != p.shown // another instance was picked meanwhile
+	p.mu.Unlock()
+	if !f.hasTree || stale {
 		return
 	}
 	p.tree.SetTree(f.tree, f.evicted)
