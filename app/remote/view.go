@@ -24,9 +24,12 @@ type View struct {
 // window goes.
 func New(win fyne.Window) *View {
 	v := &View{vllm: newVLLMPanel(win), srv: newServerPanel()}
+	// Each page scrolls where the window is smaller than it needs, so
+	// that the Remote tab never makes the window's tabs need more room
+	// than the others do.
 	v.root = container.NewAppTabs(
-		container.NewTabItem("vLLM", v.vllm.root),
-		container.NewTabItem("kvscope server", v.srv.root),
+		container.NewTabItem("vLLM", container.NewScroll(v.vllm.root)),
+		container.NewTabItem("kvscope server", container.NewScroll(v.srv.root)),
 	)
 	v.ExtendBaseWidget(v)
 	return v
