@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/test"
 
+	"kvscope/app/inspector"
 	"kvscope/app/uithread"
 	"kvscope/vllm/kvsub"
 )
@@ -51,5 +53,22 @@ func TestViewCloseStopsGoroutines(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<16)
 		t.Errorf("%d goroutines left after Close:\n%s", n-before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// The Remote tab needs no more room than an inspector does: its pages
+// scroll in a small window and fill a large one.
+func TestViewNeedsLittleRoom(t *testing.T) {
+	test.NewTempApp(t)
+	w := test.NewWindow(nil)
+	defer w.Close()
+	v := New(w)
+	w.SetContent(v)
+	w.Resize(fyne.NewSize(1000, 700))
+	if m, im := v.MinSize(), inspector.New().MinSize(); m.Width > im.Width || m.Height > im.Height {
+		t.Errorf("the view needs %v, an inspector %v", m, im)
+	}
+	if s := v.vllm.root.Size(); s.Width < 900 || s.Height < 600 {
+		t.Errorf("the vLLM page is %v in a 1000×700 window", s)
 	}
 }
