@@ -18,6 +18,13 @@
 // logical blocks; the others stay in the table, since the global layers
 // read them (a block spans all layers).
 //
+// The layout is sized for a 1024×700 window and up (the app's test
+// TestInspectorReadableAt1024x700 checks it): twelve gauges in four rows
+// of three, each tile as wide as its name and value; the history's legend
+// two by two beside a chart at least 90 px high; the heatmap's caption and
+// the hovered block's details wrapped, never cut, the details in two lines
+// where a long block table scrolls.
+//
 // The widgets are not safe for concurrent use: call their methods on the
 // Fyne UI goroutine (from another goroutine, through fyne.Do).
 package inspector

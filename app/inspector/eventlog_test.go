@@ -120,10 +120,8 @@ func TestGaugeValues(t *testing.T) {
 	}
 	bb := x.BlockBytes
 	tests := []struct{ name, want string }{
-		{"used blocks", "4 of 16"},
-		{"free blocks", "10"},
-		{"cached blocks", "2"},
-		{"usage", "25.0 %"},
+		{"used blocks", "4 of 16 · 25.0 %"},
+		{"free blocks", "10 + 2 cached"},
 		{"internal frag.", "18.8 % slots empty"}, // 13 of 16 reserved slots filled
 		{"external frag.", "0 % (paged)"},
 		{"prefix hit rate", "0.0 % (0/18 tok)"},
@@ -135,8 +133,8 @@ func TestGaugeValues(t *testing.T) {
 			t.Errorf("gauge %q = %q, want %q", tc.name, g.Value, tc.want)
 		}
 	}
-	if g := got["usage"]; g.Bar != 0.25 {
-		t.Errorf("usage bar %v, want 0.25", g.Bar)
+	if g := got["used blocks"]; g.Bar != 0.25 {
+		t.Errorf("used blocks bar %v, want 0.25", g.Bar)
 	}
 }
 

@@ -22,7 +22,10 @@ type Gauge struct {
 }
 
 // GaugeValues formats the cache's metrics, and the engine's generation
-// speed, as the gauges panel shows them. Memory sizes use go-humanize's
+// speed, as the gauges panel shows them: twelve, four rows of three, each
+// value short enough for its tile in a 1024×700 window (the used blocks
+// carry the usage in percent; the free ones, those cached for prefix reuse
+// besides). Memory sizes use go-humanize's
 // IEC units. alloc is the allocator in force: the paged one has no
 // external fragmentation by construction, and says so.
 func GaugeValues(m kvcache.Metrics, alloc kvcache.Allocator, tokensPerSec float64) []Gauge {
@@ -46,12 +49,10 @@ func GaugeValues(m kvcache.Metrics, alloc kvcache.Allocator, tokensPerSec float6
 		host = fmt.Sprintf("%s of %s", humanize.IBytes(uint64(max(m.HostBytes, 0))), humanize.IBytes(uint64(max(m.HostBudget, 0))))
 	}
 	return []Gauge{
-		{"used blocks", fmt.Sprintf("%d of %d", m.UsedBlocks, m.TotalBlocks), frac(float64(m.UsedBlocks), float64(m.TotalBlocks))},
-		{"free blocks", fmt.Sprint(m.FreeBlocks), -1},
-		{"cached blocks", fmt.Sprint(m.CachedBlocks), -1},
+		{"used blocks", fmt.Sprintf("%d of %d · %.1f %%", m.UsedBlocks, m.TotalBlocks, m.UsagePercent), frac(float64(m.UsedBlocks), float64(m.TotalBlocks))},
+		{"free blocks", fmt.Sprintf("%d + %d cached", m.FreeBlocks, m.CachedBlocks), -1},
 		{"memory used", fmt.Sprintf("%s of %s", humanize.IBytes(uint64(m.UsedBlocks)*bb), humanize.IBytes(uint64(m.TotalBlocks)*bb)), -1},
 		{"per token", fmt.Sprintf("%s (block %s)", humanize.IBytes(uint64(m.BytesPerToken+0.5)), humanize.IBytes(bb)), -1},
-		{"usage", fmt.Sprintf("%.1f %%", m.UsagePercent), frac(m.UsagePercent, 100)},
 		{"internal frag.", fmt.Sprintf("%.1f %% slots empty", m.InternalFragmentation), frac(m.InternalFragmentation, 100)},
 		{"external frag.", ext, frac(m.ExternalFragmentation, 100)},
 		{"prefix hit rate", fmt.Sprintf("%.1f %% (%d/%d tok)", 100*m.PrefixHitRate, m.PrefixHitTokens, m.PrefixQueryTokens), frac(m.PrefixHitRate, 1)},
@@ -156,10 +157,10 @@ func (r *tileRenderer) Layout(size fyne.Size) {
 	t.fill.Resize(fyne.NewSize(float32(max(t.g.Bar, 0))*(size.Width-8), 3))
 }
 
-// MinSize fits the name and the value.
+// MinSize fits the name and the value, whole.
 func (r *tileRenderer) MinSize() fyne.Size {
 	t := r.t
-	w := max(t.name.MinSize().Width, 60)
+	w := max(t.name.MinSize().Width, t.value.MinSize().Width, 60)
 	return fyne.NewSize(w+4, t.name.MinSize().Height+t.value.MinSize().Height+4)
 }
 

@@ -229,8 +229,9 @@ func (h *Heatmap) Tapped(e *fyne.PointEvent) {
 	}
 }
 
-// MinSize keeps the heatmap usable.
-func (h *Heatmap) MinSize() fyne.Size { return fyne.NewSize(240, 160) }
+// MinSize keeps the heatmap usable, and leaves the gauges and the history
+// their room in a 1024×700 window.
+func (h *Heatmap) MinSize() fyne.Size { return fyne.NewSize(240, 100) }
 
 // CreateRenderer returns the heatmap's renderer: one raster.
 func (h *Heatmap) CreateRenderer() fyne.WidgetRenderer {
@@ -265,7 +266,7 @@ func DescribeBlock(s *kvcache.Snapshot, bi *kvcache.BlockInfo, name func(kvcache
 	if age := s.Step - bi.LastAccess; age == 0 {
 		b.WriteString("; used this step")
 	} else {
-		fmt.Fprintf(&b, "; idle %d steps", age)
+		fmt.Fprintf(&b, "; idle %s", engine.Count(int(age), "step"))
 	}
 	return b.String()
 }

@@ -118,8 +118,10 @@ func NewHistory() *History {
 		return h.img
 	})
 	h.raster.ScaleMode = canvas.ImageScalePixels
-	h.raster.SetMinSize(fyne.NewSize(200, 70))
-	legend := container.NewHBox(
+	h.raster.SetMinSize(fyne.NewSize(180, 90))
+	// Two by two: in one row the legend would be wider than the chart
+	// gets at 1024×700, and take the event log's room.
+	legend := container.NewGridWithColumns(2,
 		swatch(UsageColor, "usage"), swatch(InternalColor, "internal frag."),
 		swatch(ExternalColor, "external frag."), swatch(HitRateColor, "prefix hits"),
 	)

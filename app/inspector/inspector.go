@@ -25,6 +25,9 @@ func swatch(c color.Color, label string) fyne.CanvasObject {
 	return container.NewHBox(container.NewCenter(r), t)
 }
 
+// twoLines is the height of a label of two lines of text.
+func twoLines() float32 { return widget.NewLabel("1\n2").MinSize().Height }
+
 // Inspector is the whole cache inspector as one widget: a colour-mode
 // choice, the heatmap with its legend and the hovered block's details or
 // the selected sequence's block table, the gauges, the history chart and
@@ -68,11 +71,13 @@ func New() *Inspector {
 		// of a model with sliding-window layers has tokens.
 		windowLine: widget.NewLabel(""),
 	}
-	in.windowLine.Truncation = fyne.TextTruncateEllipsis
+	// The lines around the heatmap wrap, never cut ("in prefi…"): at
+	// 1024×700 a block's details take two lines.
+	in.windowLine.Wrapping = fyne.TextWrapWord
 	in.windowLine.Hide()
-	in.caption.Truncation = fyne.TextTruncateEllipsis
+	in.caption.Wrapping = fyne.TextWrapWord
 	in.caption.Importance = widget.LowImportance
-	in.details.Truncation = fyne.TextTruncateEllipsis
+	in.details.Wrapping = fyne.TextWrapWord
 	names := make([]string, 0, len(Modes()))
 	for _, m := range Modes() {
 		names = append(names, m.String())
@@ -92,7 +97,11 @@ func New() *Inspector {
 	}
 
 	top := container.NewBorder(nil, nil, widget.NewLabel("Colour by"), nil, in.Modes)
-	heat := container.NewBorder(container.NewVBox(top, in.caption), container.NewVBox(container.NewHScroll(in.legend), in.details, in.windowLine), nil, nil, in.Heatmap)
+	// The details take two lines, the most a hovered block's need at
+	// 1024×700; a long block table scrolls in them, whole.
+	details := container.NewVScroll(container.NewVBox(in.details, in.windowLine))
+	details.SetMinSize(fyne.NewSize(0, twoLines()))
+	heat := container.NewBorder(container.NewVBox(top, in.caption), container.NewVBox(container.NewHScroll(in.legend), details), nil, nil, in.Heatmap)
 	lower := container.NewHSplit(in.History, in.Log)
 	lower.Offset = 0.45
 	bottom := container.NewBorder(in.Gauges, nil, nil, nil, lower)

@@ -92,8 +92,8 @@ func TestInspectorHoverTapAndUpdate(t *testing.T) {
 			t.Errorf("event log lacks %q:\n%s", want, lines)
 		}
 	}
-	if got := in.Gauges.Value("used blocks"); got != "15 of 16" {
-		t.Errorf("used blocks gauge %q, want 15 of 16", got)
+	if got := in.Gauges.Value("used blocks"); got != "15 of 16 · 93.8 %" {
+		t.Errorf("used blocks gauge %q, want 15 of 16 · 93.8 %%", got)
 	}
 	if got := in.Gauges.Value("evictions"); got != "1" {
 		t.Errorf("evictions gauge %q, want 1", got)
