@@ -431,7 +431,11 @@ func TestSecondInstanceIsRefused(t *testing.T) {
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("the stale temporary file is still there (%v)", err)
 	}
-	uithread.Locked(func() { a.chat.Save() })
+	// The chat pane's saver writes the new window's first conversation.
+	uithread.WaitFor(t, "the conversations to be saved", func() bool {
+		_, err := os.Stat(filepath.Join(dir, store.ConversationsFile))
+		return err == nil
+	})
 	before := listDir(t, dir)
 
 	fa := test.NewTempApp(t)

@@ -305,7 +305,7 @@ func TestCorruptConversationsAreSetAside(t *testing.T) {
 		if err := p.SendText(p.Selected(), "hello"); err == nil || !strings.Contains(err.Error(), "no model") {
 			t.Errorf("sending without a model: %v", err)
 		}
-		p.Save()
+		p.saveNow()
 	})
 	if b, _ := os.ReadFile(ce.Aside); !strings.Contains(string(b), "lost?") {
 		t.Errorf("the set-aside file lost its contents: %q", b)

@@ -198,7 +198,7 @@ func TestEditingAMessageKeepsTheDraft(t *testing.T) {
 				if len(c.Messages) != tc.wantMsgs || c.Messages[0].Text != map[bool]string{true: "first and more", false: "first"}[tc.needModel] {
 					t.Errorf("messages after the edit: %+v", c.Messages)
 				}
-				p.Save()
+				p.saveNow()
 			})
 			got, _ := st.LoadConversations()
 			if len(got.List) == 0 || got.List[0].Draft != draft {
@@ -290,7 +290,7 @@ func TestPaneNeverSavesOverAFileItCouldNotRead(t *testing.T) {
 	var p *Pane
 	uithread.Locked(func() {
 		p = New(st, data)
-		p.Save()
+		p.saveNow()
 		if s := shownError(p); !strings.Contains(s, "not saving") {
 			t.Errorf("status %q, want the refusal to save", s)
 		}
@@ -315,7 +315,7 @@ func TestFailedSaveIsReportedAndRetried(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.edit(1, func(c *store.Conversation) { c.Draft = "kept" })
-		p.Save()
+		p.saveNow()
 		if !strings.Contains(shownError(p), "could not be saved") || len(reported) != 1 || !p.dirty() {
 			t.Errorf("failed save: status %q, %d reported, dirty %v", shownError(p), len(reported), p.dirty())
 		}

@@ -8,7 +8,8 @@ import (
 )
 
 // The saver: the pane's conversations go to the store every SaveEvery
-// from a goroutine of their own, and at once on Save and Close. A copy is
+// from a goroutine of their own, and at once when a message is sent and on
+// Close. A copy is
 // taken under the pane's mutex and written without it; a copy older than
 // the one on disk is never written over it.
 
@@ -89,6 +90,3 @@ func (p *Pane) reportSave(err error) {
 		p.OnError(err)
 	}
 }
-
-// Save writes the conversations now.
-func (p *Pane) Save() { p.saveNow() }

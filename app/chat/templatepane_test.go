@@ -199,7 +199,7 @@ func TestModeBarChoices(t *testing.T) {
 		if p.mode.think.Visible() {
 			t.Error("the thinking switch shows in plain completion")
 		}
-		p.Save()
+		p.saveNow()
 	})
 	st, err := store.Open(dir)
 	if err != nil {
