@@ -94,7 +94,6 @@ type Hooks struct {
 // Turn is one reply being generated.
 type Turn struct {
 	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // Start generates one reply on e, on a goroutine of its own: prompt makes
@@ -103,7 +102,7 @@ type Turn struct {
 // A request that turns out not to fit ends with an error report.
 func Start(e *engine.Engine, prompt func() ([]int, error), req engine.Request, h Hooks) *Turn {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &Turn{cancel: cancel, done: make(chan struct{})}
+	t := &Turn{cancel: cancel}
 	go t.run(ctx, e, prompt, req, h)
 	return t
 }
@@ -112,12 +111,8 @@ func Start(e *engine.Engine, prompt func() ([]int, error), req engine.Request, h
 // already ended. It returns at once.
 func (t *Turn) Stop() { t.cancel() }
 
-// Done is closed once the reply has ended and its last report is made.
-func (t *Turn) Done() <-chan struct{} { return t.done }
-
 // run makes the prompt, submits it and reads the stream.
 func (t *Turn) run(ctx context.Context, e *engine.Engine, prompt func() ([]int, error), req engine.Request, h Hooks) {
-	defer close(t.done)
 	defer t.cancel()
 	report := func(p Progress) {
 		if h.Progress != nil {

@@ -33,8 +33,10 @@ func stories(t *testing.T) (*engine.Engine, *tokenizer.Tokenizer) {
 	return e, tok
 }
 
-// recorder keeps a Turn's reports.
+// recorder keeps a Turn's reports; done is closed on the Done one.
 type recorder struct {
+	once     sync.Once
+	done     chan struct{}
 	mu       sync.Mutex
 	req      uint64
 	reports  []Progress
@@ -42,6 +44,7 @@ type recorder struct {
 }
 
 func (r *recorder) hooks() Hooks {
+	r.done = make(chan struct{})
 	return Hooks{
 		Submitted: func(req uint64) {
 			r.mu.Lock()
@@ -52,6 +55,9 @@ func (r *recorder) hooks() Hooks {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.reports = append(r.reports, p)
+			if p.Done {
+				r.once.Do(func() { close(r.done) })
+			}
 		},
 	}
 }
@@ -66,14 +72,15 @@ func (r *recorder) last() Progress {
 }
 
 // wait waits for the turn to end and checks it reported Done exactly once,
-// last.
-func (r *recorder) wait(t *testing.T, tn *Turn) Progress {
+// last: a while after the Done report, no other came.
+func (r *recorder) wait(t *testing.T) Progress {
 	t.Helper()
 	select {
-	case <-tn.Done():
+	case <-r.done:
 	case <-time.After(60 * time.Second):
 		t.Fatal("the turn did not end in 60 s")
 	}
+	time.Sleep(2 * Every)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, p := range r.reports {
@@ -105,8 +112,8 @@ func request(maxTokens int) engine.Request {
 func TestTurnStreamsToTheLengthLimit(t *testing.T) {
 	e, tok := stories(t)
 	var r recorder
-	tn := Start(e, ids(tok, "Once upon a time"), request(30), r.hooks())
-	p := r.wait(t, tn)
+	Start(e, ids(tok, "Once upon a time"), request(30), r.hooks())
+	p := r.wait(t)
 	if !r.reqFirst || r.req == 0 {
 		t.Errorf("Submitted gave request %d, before the first report: %v", r.req, r.reqFirst)
 	}
@@ -142,7 +149,7 @@ func TestTurnStopKeepsTheTextSoFar(t *testing.T) {
 	}
 	before := r.last()
 	tn.Stop()
-	p := r.wait(t, tn)
+	p := r.wait(t)
 	if p.Finish != string(engine.FinishCancelled) || p.Err != "" {
 		t.Errorf("final %+v: want cancelled without an error", p)
 	}
@@ -161,7 +168,7 @@ func TestTurnStoppedBeforeSubmitting(t *testing.T) {
 	}, request(5), r.hooks())
 	tn.Stop()
 	close(release)
-	p := r.wait(t, tn)
+	p := r.wait(t)
 	if p.Finish != string(engine.FinishCancelled) || p.Err != "" || len(p.IDs) != 0 {
 		t.Errorf("final %+v: want cancelled, no error, no tokens", p)
 	}
@@ -181,7 +188,8 @@ func TestTurnRefused(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var r recorder
-			p := r.wait(t, Start(e, tc.prompt, tc.req, r.hooks()))
+			Start(e, tc.prompt, tc.req, r.hooks())
+			p := r.wait(t)
 			if r.req != 0 {
 				t.Errorf("Submitted was called (request %d)", r.req)
 			}
@@ -203,13 +211,15 @@ func TestTurnIDsReuseThePrefixCache(t *testing.T) {
 	e, tok := stories(t)
 	prompt := tok.Encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.", true, false)
 	var r1 recorder
-	first := r1.wait(t, Start(e, func() ([]int, error) { return prompt, nil }, request(24), r1.hooks()))
+	Start(e, func() ([]int, error) { return prompt, nil }, request(24), r1.hooks())
+	first := r1.wait(t)
 	if first.Finish != "length" || len(first.IDs) != 24 {
 		t.Fatalf("first turn %+v", first)
 	}
 	next := append(append(append([]int(nil), prompt...), first.IDs...), tok.Encode(" The end.", false, false)...)
 	var r2 recorder
-	second := r2.wait(t, Start(e, func() ([]int, error) { return next, nil }, request(4), r2.hooks()))
+	Start(e, func() ([]int, error) { return next, nil }, request(4), r2.hooks())
+	second := r2.wait(t)
 	block := e.Config().Cache.BlockSize
 	if want := (len(prompt) + len(first.IDs) - 1) / block * block; second.Cached < want-block || second.Cached < block {
 		t.Errorf("the next turn reused %d of %d prompt tokens, want about %d (the first turn's full blocks)", second.Cached, second.Prompt, want)
