@@ -108,6 +108,34 @@ func TestInspectorReadableAt1024x700(t *testing.T) {
 			for _, c := range cutOff(a.insp) {
 				t.Errorf("colour by %s: %s", m, c)
 			}
+			if need, got := detailsFit(t, a); need > got+0.5 {
+				t.Errorf("colour by %s: the details need %.0f px, and show %.0f without scrolling", m, need, got)
+			}
 		}
 	})
+}
+
+// detailsFit returns the height the inspector's details label needs and
+// the height of the scroll that shows it.
+func detailsFit(t *testing.T, a *App) (need, shown float32) {
+	t.Helper()
+	text := a.insp.Details()
+	found := false
+	visit(a.insp, func(o fyne.CanvasObject) bool {
+		sc, ok := o.(*container.Scroll)
+		if !ok {
+			return false
+		}
+		visit(sc.Content, func(o fyne.CanvasObject) bool {
+			if l, ok := o.(*widget.Label); ok && l.Text == text {
+				need, shown, found = l.MinSize().Height, sc.Size().Height, true
+			}
+			return found
+		})
+		return found
+	})
+	if !found {
+		t.Fatalf("no scroll shows the details %q", text)
+	}
+	return need, shown
 }
