@@ -5,139 +5,27 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-	"github.com/vmihailenco/msgpack/v5"
-
-	"kvscope/vllm/kvevents"
+	"kvscope/vllm/vllmtest"
 )
 
-// vllmPub is a minimal publisher speaking vLLM's ZmqEventPublisher
-// protocol on loopback: a PUB socket sending (topic, 8-byte big-endian
-// seq, msgpack EventBatch) and a ROUTER answering [id, "", start] with
-// [id, "", seq, payload] per buffered batch, then [id, "", -1, ""].
-type vllmPub struct {
-	t            testing.TB
-	pub, router  zmq4.Socket
-	pubEP, repEP string
-
-	mu   sync.Mutex
-	buf  [][]byte
-	next int64
-}
-
-func newVLLMPub(t testing.TB) *vllmPub {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	quiet := zmq4.WithLogger(log.New(io.Discard, "", 0))
-	p := &vllmPub{t: t, pub: zmq4.NewPub(ctx, quiet), router: zmq4.NewRouter(ctx, quiet)}
-	if err := p.pub.Listen("tcp://127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.router.Listen("tcp://127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	p.pubEP, p.repEP = "tcp://"+p.pub.Addr().String(), "tcp://"+p.router.Addr().String()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			msg, err := p.router.Recv()
-			if err != nil {
-				return
-			}
-			if len(msg.Frames) != 3 || len(msg.Frames[1]) != 0 {
-				continue
-			}
-			start, err := kvevents.ParseSeq(msg.Frames[2])
-			if err != nil {
-				continue
-			}
-			p.mu.Lock()
-			buf := slices.Clone(p.buf)
-			p.mu.Unlock()
-			for seq := start; seq < int64(len(buf)); seq++ {
-				if p.router.SendMulti(zmq4.NewMsgFrom(msg.Frames[0], []byte{}, kvevents.SeqBytes(seq), buf[seq])) != nil {
-					return
-				}
-			}
-			if p.router.SendMulti(zmq4.NewMsgFrom(msg.Frames[0], []byte{}, kvevents.SeqBytes(kvevents.EndSeq), []byte{})) != nil {
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		p.pub.Close()
-		p.router.Close()
-		<-done
-	})
-	return p
-}
-
-// publish sends a batch of events (vLLM's array encoding, up to v0.23).
-func (p *vllmPub) publish(events ...any) {
-	p.t.Helper()
-	payload, err := msgpack.Marshal([]any{float64(time.Now().UnixNano()) / 1e9, events, 0})
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.mu.Lock()
-	seq := p.next
-	p.next++
-	p.buf = append(p.buf, payload)
-	p.mu.Unlock()
-	if err := p.pub.SendMulti(zmq4.NewMsgFrom([]byte("kv"), kvevents.SeqBytes(seq), payload)); err != nil {
-		p.t.Errorf("publish: %v", err)
-	}
-}
-
-// waitSubscribed waits until a subscriber's subscription reached the PUB.
-func (p *vllmPub) waitSubscribed() {
-	p.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if len(p.pub.(zmq4.Topics).Topics()) > 0 {
-			return
-		}
-	}
-	p.t.Fatal("no subscription reached the publisher")
-}
-
+// stored is a BlockStored event whose token i of block h is h*100+i.
 func stored(hashes []uint64, parent any, blockSize int) any {
-	hs := make([]any, len(hashes))
-	var toks []any
-	for i, h := range hashes {
-		hs[i] = h
-		for j := range blockSize {
-			toks = append(toks, int(h)*100+j)
-		}
-	}
-	return []any{"BlockStored", hs, parent, toks, blockSize, nil, "GPU", nil}
-}
-
-func removed(hashes ...uint64) any {
-	hs := make([]any, len(hashes))
-	for i, h := range hashes {
-		hs[i] = h
-	}
-	return []any{"BlockRemoved", hs, "GPU"}
+	return vllmtest.Stored(hashes, parent, blockSize, func(h uint64, i int) int { return int(h)*100 + i })
 }
 
 // fillPrompts publishes three prompts sharing a two-block system prompt
 // (blocks 1, 2), then an eviction of one prompt's last block: 6 blocks of
 // 4 tokens stored, 1 removed, 5 cached in one tree (root 1).
-func fillPrompts(p *vllmPub) {
-	p.publish(stored([]uint64{1, 2, 3}, nil, 4))
-	p.publish(stored([]uint64{4, 5}, uint64(2), 4), stored([]uint64{6}, uint64(2), 4))
-	p.publish(removed(6))
+func fillPrompts(p *vllmtest.Publisher) {
+	p.Publish(stored([]uint64{1, 2, 3}, nil, 4))
+	p.Publish(stored([]uint64{4, 5}, uint64(2), 4), stored([]uint64{6}, uint64(2), 4))
+	p.Publish(vllmtest.Removed(6))
 }
 
 func vllmMetrics(t testing.TB, running int) string {
@@ -162,11 +50,11 @@ vllm:num_requests_waiting{engine="0",model_name="m"} 1
 }
 
 func TestWatchOnce(t *testing.T) {
-	p := newVLLMPub(t)
+	p := vllmtest.NewPublisher(t)
 	fillPrompts(p)
 	met := vllmMetrics(t, 3)
 	var out, errb bytes.Buffer
-	if code := Main([]string{"watch", "--vllm", p.pubEP, "--replay", p.repEP, "--metrics", met, "--once"}, &out, &errb); code != 0 {
+	if code := Main([]string{"watch", "--vllm", p.PubEndpoint, "--replay", p.ReplayEndpoint, "--metrics", met, "--once"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	for _, want := range []string{
@@ -185,19 +73,19 @@ func TestWatchOnce(t *testing.T) {
 // Two instances: the unprefixed lines are the total; each instance's
 // follow, named.
 func TestWatchOnceTwoInstances(t *testing.T) {
-	a, b := newVLLMPub(t), newVLLMPub(t)
+	a, b := vllmtest.NewPublisher(t), vllmtest.NewPublisher(t)
 	fillPrompts(a)
-	b.publish(stored([]uint64{1, 2}, nil, 4)) // the same system prompt on the other instance
-	b.publish(stored([]uint64{7}, uint64(2), 4))
+	b.Publish(stored([]uint64{1, 2}, nil, 4)) // the same system prompt on the other instance
+	b.Publish(stored([]uint64{7}, uint64(2), 4))
 	var out, errb bytes.Buffer
-	args := []string{"watch", "--vllm", a.pubEP, "--vllm", b.pubEP, "--replay", a.repEP, "--replay", b.repEP,
+	args := []string{"watch", "--vllm", a.PubEndpoint, "--vllm", b.PubEndpoint, "--replay", a.ReplayEndpoint, "--replay", b.ReplayEndpoint,
 		"--metrics", vllmMetrics(t, 3), "--metrics", vllmMetrics(t, 4), "--once"}
 	if code := Main(args, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	for _, want := range []string{
 		"cached blocks: 8\n", "distinct blocks: 6\n", "instances: 2\n", "requests running: 7\n",
-		a.pubEP + ": cached blocks: 5\n", b.pubEP + ": cached blocks: 3\n", b.pubEP + ": requests running: 4\n",
+		a.PubEndpoint + ": cached blocks: 5\n", b.PubEndpoint + ": cached blocks: 3\n", b.PubEndpoint + ": requests running: 4\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in\n%s", want, out.String())
@@ -210,9 +98,9 @@ func TestWatchOnceTwoInstances(t *testing.T) {
 // Live: the replay's figures show first, then those of batches published
 // while watch runs, and the eviction is counted in the refresh after it.
 func TestWatchLive(t *testing.T) {
-	p := newVLLMPub(t)
+	p := vllmtest.NewPublisher(t)
 	fillPrompts(p)
-	o, err := parseWatch([]string{"--vllm", p.pubEP, "--replay", p.repEP, "--metrics", vllmMetrics(t, 3), "--every", "50ms"}, io.Discard)
+	o, err := parseWatch([]string{"--vllm", p.PubEndpoint, "--replay", p.ReplayEndpoint, "--metrics", vllmMetrics(t, 3), "--every", "50ms"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,10 +118,10 @@ func TestWatchLive(t *testing.T) {
 		t.Fatalf("no %q in\n%s", want, out.String())
 	}
 	waitFor("cached blocks: 5\n")
-	p.waitSubscribed()
-	p.publish(stored([]uint64{8, 9}, uint64(3), 4))
+	p.WaitSubscribed()
+	p.Publish(stored([]uint64{8, 9}, uint64(3), 4))
 	waitFor("cached blocks: 7\n")
-	p.publish(removed(8, 9))
+	p.Publish(vllmtest.Removed(8, 9))
 	waitFor("evicted since last refresh: 2\n")
 	waitFor("prefix hit rate (last 10s): 0.0%\n") // the counters did not move
 	cancel()
