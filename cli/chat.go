@@ -47,20 +47,13 @@ func chatCmd(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	l, err := load(*path, *be)
+	l, e, err := chatEngine(*path, *be, cfg)
 	if err != nil {
 		return err
 	}
 	defer l.close()
-	form, err := chat.FromGGUF(l.m.File, l.tok)
-	if err != nil {
-		return err
-	}
-	e, err := l.engine(cfg)
-	if err != nil {
-		return err
-	}
 	defer e.Close()
+	form := l.format
 
 	interactive := isTerminal(chatInput)
 	fmt.Fprintf(stderr, "chat: %s, format %s; %s\n", *path, form.Name(), l.backend)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"kvscope/engine"
-	"kvscope/engine/chat"
 	"kvscope/server"
 )
 
@@ -71,20 +70,13 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		return fs.usageErr("--shutdown-timeout cannot be negative")
 	}
 	cfg.Sched.StepTokens = max(cfg.Sched.StepTokens, cfg.Sched.MaxSeqs)
-	l, err := load(*path, *be)
+	l, e, err := chatEngine(*path, *be, cfg)
 	if err != nil {
 		return err
 	}
 	defer l.close()
-	form, err := chat.FromGGUF(l.m.File, l.tok)
-	if err != nil {
-		return err
-	}
-	e, err := l.engine(cfg)
-	if err != nil {
-		return err
-	}
 	defer e.Close()
+	form := l.format
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(*path), ".gguf")
 	}

@@ -7,6 +7,7 @@ import (
 
 	"kvscope/engine"
 	"kvscope/engine/backend/native"
+	"kvscope/engine/chat"
 	"kvscope/engine/model"
 	"kvscope/engine/tokenizer"
 	"kvscope/loader"
@@ -17,6 +18,8 @@ type loaded struct {
 	m       *model.Model
 	tok     *tokenizer.Tokenizer
 	backend string // one sentence: which backend runs and why
+	format  *chat.Formatter
+	fmtErr  error // why the file's chat template cannot be used, if so
 }
 
 // load opens a model file and moves it onto the backend called be (see
@@ -28,7 +31,7 @@ func load(path, be string) (*loaded, error) {
 	if err != nil {
 		return nil, fileErr("m", err)
 	}
-	return &loaded{m: l.Model, tok: l.Tok, backend: l.Backend}, nil
+	return &loaded{m: l.Model, tok: l.Tok, backend: l.Backend, format: l.Format, fmtErr: l.FormatErr}, nil
 }
 
 // backendFlag defines --backend, checked as it is parsed.
@@ -46,6 +49,26 @@ func backendFlag(fs *flagSet) *string {
 }
 
 func (l *loaded) close() { l.m.Close() }
+
+// chatEngine loads the model for a chat (chat and serve): its chat
+// format (an unusable template is an error) and an engine on it. The
+// caller closes the engine, then the model.
+func chatEngine(path, be string, cfg engine.Config) (*loaded, *engine.Engine, error) {
+	l, err := load(path, be)
+	if err != nil {
+		return nil, nil, err
+	}
+	if l.fmtErr != nil {
+		l.close()
+		return nil, nil, l.fmtErr
+	}
+	e, err := l.engine(cfg)
+	if err != nil {
+		l.close()
+		return nil, nil, err
+	}
+	return l, e, nil
+}
 
 // engine starts an engine on the model.
 func (l *loaded) engine(cfg engine.Config) (*engine.Engine, error) {
