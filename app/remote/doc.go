@@ -9,8 +9,9 @@
 // the prefix-hit rate, with one total over all; the chosen instance's
 // cache is drawn by TreeView as a forest of block-hash chains (LayoutTree,
 // RenderTree: pure functions the tests check), evictions marked as they
-// happen, and a selected chain's token ids decoded through a GGUF
-// tokenizer the user opens. The metrics are charted beside it.
+// happen, and a selected chain's token ids decoded through the tokenizer
+// the user opens: a GGUF or the served model's tokenizer.json. The
+// metrics are charted beside it.
 //
 // The kvscope side (Client, Feed) polls GET /v1/kvcache/snapshot and
 // follows GET /v1/kvcache/events, with the server's API key, decoding

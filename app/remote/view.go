@@ -2,6 +2,7 @@ package remote
 
 import (
 	"strings"
+	"sync"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/container"
@@ -39,10 +40,12 @@ func New(win fyne.Window) *View {
 func (v *View) Inspector() *inspector.Inspector { return v.srv.insp }
 
 // Close stops watching everything and waits for the view's goroutines.
-// Call it off app/uithread's lock (not from a test's Locked).
+// It touches no widget, so any goroutine may call it; call it off
+// app/uithread's lock (not from a test's Locked), whose holder the
+// goroutines may be waiting for.
 func (v *View) Close() {
 	v.vllm.close()
-	v.srv.disconnect()
+	v.srv.stop()
 }
 
 // CreateRenderer shows the pages.
@@ -54,8 +57,10 @@ type serverPanel struct {
 	connect  *widget.Button
 	status   *widget.Label
 	insp     *inspector.Inspector
-	feed     *Feed
 	root     fyne.CanvasObject
+
+	mu   sync.Mutex // guards feed: View.Close may run on any goroutine
+	feed *Feed
 }
 
 func newServerPanel() *serverPanel {
@@ -64,7 +69,10 @@ func newServerPanel() *serverPanel {
 	p.key.SetPlaceHolder("API key (optional)")
 	p.status.Truncation = fyne.TextTruncateEllipsis
 	p.connect = widget.NewButton("Connect", func() {
-		if p.feed != nil {
+		p.mu.Lock()
+		following := p.feed != nil
+		p.mu.Unlock()
+		if following {
 			p.disconnect()
 			p.status.SetText("Disconnected.")
 			return
@@ -85,11 +93,12 @@ func (p *serverPanel) Connect(base, apiKey string) error {
 	if err != nil {
 		return err
 	}
-	if p.feed != nil {
-		p.disconnect()
-	}
+	p.disconnect()
 	p.status.SetText("Connecting to " + strings.TrimSpace(base) + "…")
-	p.feed = Attach(c, p.insp, 0, func(s string) { p.status.SetText(s) })
+	f := Attach(c, p.insp, 0, func(s string) { p.status.SetText(s) })
+	p.mu.Lock()
+	p.feed = f
+	p.mu.Unlock()
 	p.connect.SetText("Disconnect")
 	return nil
 }
@@ -98,12 +107,25 @@ func (p *serverPanel) Connect(base, apiKey string) error {
 // them runs aside, so that it never waits on the UI goroutine that may be
 // the caller.
 func (p *serverPanel) disconnect() {
-	if p.feed == nil {
-		return
+	if f := p.take(); f != nil {
+		f.cancel()
+		go func() { <-f.done }()
+		p.connect.SetText("Connect")
 	}
+}
+
+// stop ends the feed and waits for its goroutines, touching no widget.
+func (p *serverPanel) stop() {
+	if f := p.take(); f != nil {
+		f.Stop()
+	}
+}
+
+// take returns the feed (nil for none) and forgets it.
+func (p *serverPanel) take() *Feed {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	f := p.feed
 	p.feed = nil
-	f.cancel()
-	go func() { <-f.done }()
-	p.connect.SetText("Connect")
+	return f
 }

@@ -1,10 +1,14 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"image/color"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -144,7 +148,7 @@ func newVLLMPanel(win fyne.Window) *vllmPanel {
 		p.details.SetText(d)
 	}
 	p.tree.OnSelect = func(int) { p.showChain() }
-	openTok := widget.NewButton("Open tokenizer (GGUF)…", p.openTokenizer)
+	openTok := widget.NewButton("Open tokenizer…", p.openTokenizer)
 
 	p.usage = newChart(1, color.RGBA{0x4c, 0xc9, 0xf0, 0xff})
 	p.hits = newChart(1, color.RGBA{0x90, 0xe0, 0x6f, 0xff})
@@ -489,8 +493,8 @@ func (p *vllmPanel) showChain() {
 	}
 }
 
-// openTokenizer asks for the served model's GGUF and decodes chains with
-// its tokenizer.
+// openTokenizer asks for the served model's tokenizer, a GGUF or a
+// tokenizer.json, and decodes chains with it.
 func (p *vllmPanel) openTokenizer() {
 	d := dialog.NewFileOpen(func(r fyne.URIReadCloser, err error) {
 		if err != nil || r == nil {
@@ -498,19 +502,29 @@ func (p *vllmPanel) openTokenizer() {
 		}
 		path := r.URI().Path()
 		r.Close()
-		go func() {
-			tok, err := LoadTokenizer(path)
-			uithread.Do(func() {
-				if err != nil {
-					p.tokName.SetText(err.Error())
-					return
-				}
-				p.SetTokenizer(tok, path)
-			})
-		}()
+		p.openTokenizerPath(path)
 	}, p.win)
-	d.SetFilter(storage.NewExtensionFileFilter([]string{".gguf", ".GGUF"}))
+	d.SetFilter(storage.NewExtensionFileFilter(tokenizerExtensions))
 	d.Show()
+}
+
+// tokenizerExtensions are the files the open-tokenizer dialog lists.
+var tokenizerExtensions = []string{".gguf", ".GGUF", ".json", ".JSON"}
+
+// openTokenizerPath loads the tokenizer at path off the UI goroutine and
+// then decodes chains with it, or says why it could not (UI goroutine).
+func (p *vllmPanel) openTokenizerPath(path string) {
+	p.tokName.SetText("Reading " + filepath.Base(path) + "…")
+	go func() {
+		tok, err := LoadTokenizer(path)
+		uithread.Do(func() {
+			if err != nil {
+				p.tokName.SetText(err.Error())
+				return
+			}
+			p.SetTokenizer(tok, path)
+		})
+	}()
 }
 
 // SetTokenizer decodes chains with tok from now on (UI goroutine); name
@@ -521,9 +535,18 @@ func (p *vllmPanel) SetTokenizer(tok *tokenizer.Tokenizer, name string) {
 	p.showChain()
 }
 
-// LoadTokenizer reads the tokenizer of a GGUF file (the served model's,
-// or any GGUF of the same family).
+// LoadTokenizer reads the served model's tokenizer (or that of any model
+// with the same vocabulary) from a GGUF file or a Hugging Face
+// tokenizer.json, told apart by their first bytes: a GGUF starts with
+// "GGUF", a tokenizer.json with "{".
 func LoadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	kind, err := sniffTokenizer(path)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "json" {
+		return tokenizer.LoadHFJSON(path)
+	}
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, err
@@ -534,6 +557,30 @@ func LoadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return tok, nil
+}
+
+// sniffTokenizer says whether path holds a GGUF ("gguf") or JSON
+// ("json"), from its first bytes.
+func sniffTokenizer(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	head := make([]byte, 512)
+	n, err := io.ReadFull(f, head)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	head = head[:n]
+	if bytes.HasPrefix(head, []byte("GGUF")) {
+		return "gguf", nil
+	}
+	head = bytes.TrimPrefix(head, []byte("\xef\xbb\xbf")) // a UTF-8 byte-order mark
+	if t := bytes.TrimLeft(head, " \t\r\n"); len(t) > 0 && t[0] == '{' {
+		return "json", nil
+	}
+	return "", fmt.Errorf("%s is neither a GGUF file nor a tokenizer.json", path)
 }
 
 // close stops every source and the refresh goroutine and waits for them.
