@@ -125,6 +125,7 @@ type App struct {
 	controls *controls
 	teach    *teacher
 	tabs     *container.AppTabs
+	remote   *remote.View // the Remote tab, closed with the app
 	// The tabs, by name.
 	tabInspector, tabControls, tabTeaching, tabModel, tabModels *container.TabItem
 	info                                                        *widget.Form
@@ -232,7 +233,8 @@ func (a *App) build() {
 	a.tabTeaching = container.NewTabItem("Teaching", a.teach.root)
 	a.tabModel = container.NewTabItem("Model", infoTab)
 	a.tabModels = container.NewTabItem("Models", modelsTab)
-	a.tabs = container.NewAppTabs(a.tabInspector, a.tabControls, a.tabTeaching, a.tabModel, a.tabModels, container.NewTabItem("Remote", remote.New(a.win)))
+	a.remote = remote.New(a.win)
+	a.tabs = container.NewAppTabs(a.tabInspector, a.tabControls, a.tabTeaching, a.tabModel, a.tabModels, container.NewTabItem("Remote", a.remote))
 	split := container.NewHSplit(a.chat, a.tabs)
 	split.Offset = 0.47
 	top := container.NewBorder(nil, nil, a.modelBtn, nil, a.status)
@@ -631,6 +633,7 @@ func (a *App) close() <-chan struct{} {
 	a.models.close()                   // pauses downloads: their parts stay for the next start
 	a.teach.stopAll()
 	a.chat.Close()
+	go a.remote.Close() // its vLLM subscribers and server feed; off the UI lock, which they may wait for
 	if err := a.lock.Release(); err != nil {
 		fmt.Fprintln(os.Stderr, "kvscope:", err)
 	}
