@@ -450,3 +450,42 @@ func TestHFJSONSharedFiles(t *testing.T) {
 		})
 	}
 }
+
+// A ByteLevel file's split pattern picks llama.cpp's pre-tokenizer, and a
+// TemplateProcessing post-processor's first special token is BOS.
+func TestHFJSONPreTokenizer(t *testing.T) {
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	split := func(re string) string {
+		return `{"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": ` + q(re) + `}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]}`
+	}
+	cases := []struct{ pre, want string }{
+		{`{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}`, "gpt-2"},
+		{`{"type": "ByteLevel"}`, "gpt-2"},
+		{`{"type": "ByteLevel", "use_regex": false}`, "default"},
+		{split(hfLlama3Pattern), "llama-bpe"},
+		{split(hfQwen2Pattern), "qwen2"},
+		{split(`\p{L}+|\s+`), "default"},
+		{`null`, "default"},
+	}
+	base := hfByteLevelJSON(false)
+	const old = `"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}`
+	if !strings.Contains(base, old) {
+		t.Fatal("the test file's pre_tokenizer moved")
+	}
+	for _, c := range cases {
+		tok := mustHF(t, strings.Replace(base, old, `"pre_tokenizer": `+c.pre, 1))
+		if tok.Pre() != c.want {
+			t.Errorf("pre_tokenizer %s: Pre() = %q, want %q", c.pre, tok.Pre(), c.want)
+		}
+	}
+	// Llama 3's post-processor puts <|begin_of_text|> first.
+	pp := strings.Replace(base, `"post_processor": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true}`,
+		`"post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|im_start|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]}`, 1)
+	tok := mustHF(t, pp)
+	if tok.BOS() != 22 || !tok.AddBOS() {
+		t.Errorf("BOS %d, AddBOS %v; want 22, true", tok.BOS(), tok.AddBOS())
+	}
+	if got := tok.Encode("hello", true, false); !slices.Equal(got, []int{22, 15}) {
+		t.Errorf("Encode with BOS = %v", got)
+	}
+}
