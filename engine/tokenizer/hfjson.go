@@ -134,8 +134,9 @@ func (s *hfStep) steps() []*hfStep {
 //   - Metaspace, or a Sequence of Replace "▁" → " ", ByteFallback, Fuse and
 //     Strip (Llama 2, Mistral, TinyLlama, Gemma): tokens with "▁" for
 //     spaces and <0xNN> byte tokens; the Vocab is ModelSPM, its space
-//     prefix on where the decoder strips one leading space, and each token's
-//     score minus the rank of the first merge that makes it.
+//     prefix on where the decoder strips one leading space, and each
+//     token scored by the rank of the first merge that makes it (earlier
+//     merges score higher).
 //
 // Added tokens become control tokens when marked special, user-defined
 // tokens otherwise; model.unk_token is the unknown token. BOS is the first
