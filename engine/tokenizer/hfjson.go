@@ -148,12 +148,12 @@ func (s *hfStep) steps() []*hfStep {
 // the same file: control tokens are left out (as Hugging Face's decode with
 // skip_special_tokens leaves out special tokens), byte tokens become their
 // bytes, and a Metaspace file's first piece loses the space its encoder
-// put in front. Encode reuses the GGUF tokenizers' code: for
-// ByteLevel files with one of the three recognised split patterns it is
-// the tokenization llama.cpp gives the converted model; for Metaspace
-// files it merges by those derived scores, which agrees with Hugging Face's
-// ranked merges where the file came from SentencePiece but is not checked
-// against it, and the normalizer is not read.
+// put in front. Encode reuses the GGUF tokenizers' code: for ByteLevel
+// files with one of the three recognised split patterns it is the
+// tokenization llama.cpp gives the converted model (the tests check GPT-2's
+// against llama.cpp's ids); for Metaspace files it merges by those derived
+// scores, which follows the file's merge order but is not checked against
+// Hugging Face's output, and the normalizer is not read.
 func VocabFromHFJSON(data []byte) (*Vocab, error) {
 	var f hfFile
 	if err := json.Unmarshal(data, &f); err != nil {
