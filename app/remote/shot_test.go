@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"kvscope/vllm/vllmtest"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -48,7 +49,7 @@ func countingMetrics(t testing.TB) string {
 // screenshotLoad publishes a cache like a chat service's: a long shared
 // system prompt, conversations branching from it over several turns, some
 // of their blocks evicted at the end; it selects one chain.
-func screenshotLoad(t *testing.T, p *vllmPanel, pub *vllmPub) {
+func screenshotLoad(t *testing.T, p *vllmPanel, pub *vllmtest.Publisher) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	next := uint64(1)
 	chain := func(parent any, n int) []uint64 {
@@ -57,7 +58,7 @@ func screenshotLoad(t *testing.T, p *vllmPanel, pub *vllmPub) {
 			hs[i] = next
 			next++
 		}
-		pub.publish(stored(hs, parent, 16))
+		pub.Publish(stored(hs, parent, 16))
 		return hs
 	}
 	system := chain(nil, 6)
@@ -75,8 +76,8 @@ func screenshotLoad(t *testing.T, p *vllmPanel, pub *vllmPub) {
 	want := int(next - 1)
 	uithread.WaitFor(t, "the published cache", func() bool { return p.tree.Tree().Blocks == want })
 	time.Sleep(4 * time.Second) // a few metrics samples for the charts
-	pub.waitSubscribed()
-	pub.publish(removed(leaves[0], leaves[3]))
+	pub.WaitSubscribed()
+	pub.Publish(vllmtest.Removed(leaves[0], leaves[3]))
 	uithread.WaitFor(t, "the evictions", func() bool { return p.tree.Tree().Blocks == want-2 && len(p.tree.Marks()) == 2 })
 	if tok, err := LoadTokenizer(testshared.Dir() + "/models/stories260K.gguf"); err == nil {
 		uithread.Locked(func() { p.SetTokenizer(tok, "stories260K.gguf") })

@@ -43,7 +43,7 @@ func writeTokenizerJSON(t *testing.T, dir string) string {
 // that is no tokenizer says so where the tokenizer's name goes.
 func TestOpenTokenizerJSONDecodesChain(t *testing.T) {
 	p, pub := watched(t)
-	pub.publish(stored([]uint64{1, 2, 3}, nil, 4))
+	pub.Publish(stored([]uint64{1, 2, 3}, nil, 4))
 	uithread.WaitFor(t, "the tree of 3 blocks", func() bool { return p.tree.Tree().Blocks == 3 })
 	uithread.Locked(func() {
 		v := p.tree

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"image"
+	"kvscope/vllm/vllmtest"
 	"math"
 	"os"
 	"path/filepath"
@@ -23,23 +24,23 @@ import (
 
 // watched starts a vLLM panel on a real in-process publisher, its
 // initial batches replayed, and returns both.
-func watched(t *testing.T) (*vllmPanel, *vllmPub) {
+func watched(t *testing.T) (*vllmPanel, *vllmtest.Publisher) {
 	p, pub, _ := watchedIn(t, "")
 	return p, pub
 }
 
 // watchedIn is watched with the publisher's metrics at metricsURL, and
 // the window.
-func watchedIn(t *testing.T, metricsURL string) (*vllmPanel, *vllmPub, fyne.Window) {
+func watchedIn(t *testing.T, metricsURL string) (*vllmPanel, *vllmtest.Publisher, fyne.Window) {
 	t.Helper()
 	test.NewTempApp(t)
-	pub := newVLLMPub(t)
+	pub := vllmtest.NewPublisher(t)
 	w := test.NewWindow(nil)
 	t.Cleanup(w.Close)
 	p := newVLLMPanel(w)
 	t.Cleanup(p.close)
 	uithread.Locked(func() {
-		if err := p.AddSource(kvsub.Source{Name: "vllm-0", Endpoint: pub.pubEP, Replay: pub.repEP}, metricsURL); err != nil {
+		if err := p.AddSource(kvsub.Source{Name: "vllm-0", Endpoint: pub.PubEndpoint, Replay: pub.ReplayEndpoint}, metricsURL); err != nil {
 			t.Fatal(err)
 		}
 		w.SetContent(p.root)
@@ -72,8 +73,8 @@ func cellOf(t *testing.T, v *TreeView, h uint64) (Cell, prefixcache.Node) {
 // span. Evicting 5 and 6 marks their places in red and shrinks the tree.
 func TestTreeShapeFromPublisher(t *testing.T) {
 	p, pub := watched(t)
-	pub.publish(stored([]uint64{1, 2, 3}, nil, 4))
-	pub.publish(stored([]uint64{4, 5}, uint64(2), 4), stored([]uint64{6}, uint64(4), 4))
+	pub.Publish(stored([]uint64{1, 2, 3}, nil, 4))
+	pub.Publish(stored([]uint64{4, 5}, uint64(2), 4), stored([]uint64{6}, uint64(4), 4))
 	uithread.WaitFor(t, "the tree of 6 blocks", func() bool { return p.tree.Tree().Blocks == 6 })
 
 	var c5, c6 Cell
@@ -107,8 +108,8 @@ func TestTreeShapeFromPublisher(t *testing.T) {
 		}
 	})
 
-	pub.waitSubscribed()
-	pub.publish(removed(5, 6), removed(99)) // 99 was never cached: nothing to mark
+	pub.WaitSubscribed()
+	pub.Publish(vllmtest.Removed(5, 6), vllmtest.Removed(99)) // 99 was never cached: nothing to mark
 	uithread.WaitFor(t, "the tree of 4 blocks", func() bool { return p.tree.Tree().Blocks == 4 })
 	uithread.Locked(func() {
 		v := p.tree
@@ -147,7 +148,7 @@ func TestTreeShapeFromPublisher(t *testing.T) {
 // the demo model's tokenizer open, as its text.
 func TestTreeSelectDecodes(t *testing.T) {
 	p, pub := watched(t)
-	pub.publish(stored([]uint64{1, 2, 3}, nil, 4))
+	pub.Publish(stored([]uint64{1, 2, 3}, nil, 4))
 	uithread.WaitFor(t, "the tree of 3 blocks", func() bool { return p.tree.Tree().Blocks == 3 })
 	var want []int
 	uithread.Locked(func() {
@@ -184,8 +185,8 @@ func TestTreeSelectDecodes(t *testing.T) {
 		}
 	})
 	// Evicting the selected block ends the selection.
-	pub.waitSubscribed()
-	pub.publish(removed(3))
+	pub.WaitSubscribed()
+	pub.Publish(vllmtest.Removed(3))
 	uithread.WaitFor(t, "the selection to go", func() bool { return p.tree.Selected() < 0 && p.text.Text == "" })
 }
 

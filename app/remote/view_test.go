@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"kvscope/vllm/vllmtest"
 	"net/http"
 	"runtime"
 	"testing"
@@ -19,7 +20,7 @@ import (
 // that watches nothing starts none.
 func TestViewCloseStopsGoroutines(t *testing.T) {
 	test.NewTempApp(t)
-	pub := newVLLMPub(t)
+	pub := vllmtest.NewPublisher(t)
 	met := countingMetrics(t)
 	time.Sleep(50 * time.Millisecond)
 	before := runtime.NumGoroutine()
@@ -32,17 +33,17 @@ func TestViewCloseStopsGoroutines(t *testing.T) {
 	}
 	uithread.Locked(func() {
 		w.SetContent(v)
-		if err := v.vllm.AddSource(kvsub.Source{Endpoint: pub.pubEP, Replay: pub.repEP}, met); err != nil {
+		if err := v.vllm.AddSource(kvsub.Source{Endpoint: pub.PubEndpoint, Replay: pub.ReplayEndpoint}, met); err != nil {
 			t.Fatal(err)
 		}
-		if err := v.vllm.AddSource(kvsub.Source{Endpoint: pub.pubEP}, ""); err == nil {
+		if err := v.vllm.AddSource(kvsub.Source{Endpoint: pub.PubEndpoint}, ""); err == nil {
 			t.Error("the same endpoint was taken twice")
 		}
 		if err := v.srv.Connect("http://127.0.0.1:1", ""); err != nil {
 			t.Fatal(err)
 		}
 	})
-	pub.publish(stored([]uint64{1}, nil, 4))
+	pub.Publish(stored([]uint64{1}, nil, 4))
 	uithread.WaitFor(t, "the block", func() bool { return v.vllm.tree.Tree().Blocks == 1 })
 	v.Close()
 	deadline := time.Now().Add(5 * time.Second)
