@@ -1,7 +1,11 @@
 // Package tokenizer provides the SentencePiece-style ("llama") and
 // byte-level BPE ("gpt2") tokenizers described by a GGUF file's
 // tokenizer.ggml.* metadata, matching llama.cpp's llama-vocab.cpp token for
-// token, and a streaming detokenizer.
+// token, and a streaming detokenizer. The same tokenizers also load from a
+// Hugging Face tokenizer.json (BPE with a ByteLevel or a Metaspace /
+// byte-fallback decoder; LoadHFJSON), for decoding a served model's token
+// ids where only that file is at hand (hfjson.go says what its encoding
+// covers).
 //
 // # Encoding
 //
