@@ -552,7 +552,7 @@ func (e *Engine) Reconfigure(c Config) error {
 			}
 		} else {
 			if c.Cache.Eviction != old.Cache.Eviction {
-				if err := e.mgr.SetEviction(c.Cache.Eviction); err != nil {
+				if err := e.sch.SetEviction(c.Cache.Eviction); err != nil {
 					return err
 				}
 			}

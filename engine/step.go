@@ -155,7 +155,7 @@ func (e *Engine) step() {
 	sampled := 0 // tokens generated this step
 	for _, w := range plan.Work {
 		s := e.seqs[w.Seq.ID]
-		if err := e.mgr.Commit(w.Seq.ID, w.End); err != nil {
+		if err := e.sch.Commit(w.Seq, w.End); err != nil {
 			e.finish(s, FinishError, err)
 			continue
 		}
@@ -166,7 +166,7 @@ func (e *Engine) step() {
 			li++
 		}
 	}
-	e.mgr.Tick()
+	e.sch.EndStep()
 	rep.Duration = time.Since(t0)
 	rep.Preempted = ids(plan.Preempted)
 	rep.Admitted = ids(plan.Admitted)
@@ -209,11 +209,10 @@ func (e *Engine) sampleNext(s *seqState, logits []float32) {
 	if s.index == 0 && s.generated == 0 && len(rs.samples) < rs.req.N {
 		for i := len(rs.samples); i < rs.req.N; i++ {
 			c := e.startSample(rs, i, s)
-			err := e.mgr.Fork(s.q.ID, c.q.ID)
+			err := e.sch.Fork(s.q, c.q)
 			switch {
 			case err == nil:
 				c.admitted = true
-				e.sch.AddRunning(c.q)
 				e.sampleNext(c, logits)
 			case errors.Is(err, kvcache.ErrNoSpace):
 				// No room to share or copy the prompt now (contiguous

@@ -10,17 +10,18 @@
 // counts, eviction order) kept apart from the Manager (block tables,
 // allocation, prefix matching, copy on write, preemption).
 //
-// Two callers share the Manager, on one goroutine (the engine's). The
-// scheduler (engine/sched) makes the decisions: admission (CachedPrefix,
-// FreeBlocks, Allocate), a step's slots (Append), preemption and swapping
-// (Preempt, SwapIn) and the end of a sequence (Free). The engine (package
-// engine) does what follows a forward pass and what the scheduler cannot
-// know: Commit after the K/V are written, Fork for parallel samples, Tick
-// once per step, the eviction policy (SetEviction), and reading Snapshot,
-// Metrics and Events. A reconfiguration that changes the pool replaces the
-// Manager: the engine drains the scheduler's sequences, builds a new
-// Manager and hands it to the scheduler (sched.SetManager), which requeues
-// them to recompute.
+// One owner drives the Manager, on one goroutine (the engine's): the
+// scheduler (engine/sched). It makes the decisions (admission with
+// CachedPrefix, FreeBlocks and Allocate; a step's slots with Append;
+// preemption and swapping with Preempt and SwapIn; the end of a sequence
+// with Free), and every other change goes through it too: Commit after the
+// K/V are written, Fork for parallel samples, Tick once per step and the
+// eviction policy (SetEviction), which the engine asks the scheduler for
+// (sched's manage.go). The engine only reads the Manager (Snapshot,
+// Metrics, Events, block tables). A reconfiguration that changes the pool
+// replaces the Manager: the engine drains the scheduler's sequences, builds
+// a new Manager and hands it to the scheduler (sched.SetManager), which
+// requeues them to recompute.
 //
 // # Blocks span all layers
 //

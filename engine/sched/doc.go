@@ -5,7 +5,9 @@
 // and preemption by recompute or swap when the pool runs out.
 //
 // The scheduler only plans and keeps the cache's block tables in step with
-// its plan; it never runs the model. Its caller (package engine) runs the
-// planned rows through the model, samples, appends sampled tokens to the
-// sequences, and commits the computed tokens to the cache.
+// its plan; it never runs the model. It is the Manager's one driver: its
+// caller (package engine) runs the planned rows through the model,
+// samples, appends sampled tokens to the sequences, and asks the scheduler
+// to commit the computed tokens, fork parallel samples and end the step
+// (manage.go); it only reads the Manager itself.
 package sched
