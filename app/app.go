@@ -227,7 +227,7 @@ func (a *App) build() {
 	mv.outer = modelsTab
 	// A lesson's bar sits above the heatmap, so its explanation and the
 	// cache it talks about are seen together.
-	a.teach.lessons.host = container.NewBorder(a.teach.lessons.bar, nil, nil, nil, a.insp)
+	a.teach.lessons.host = lessonHost(a.teach.lessons.bar, a.insp)
 	a.tabInspector = container.NewTabItem("Inspector", a.teach.lessons.host)
 	a.tabControls = container.NewTabItem("Controls", a.controls.root)
 	a.tabTeaching = container.NewTabItem("Teaching", a.teach.root)

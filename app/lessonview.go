@@ -27,8 +27,14 @@ var Paces = []struct {
 }{{"Wait for Next", 0}, {"Next after 3 s", 3 * time.Second}, {"Next after 6 s", 6 * time.Second}, {"Next after 10 s", 10 * time.Second}}
 
 // lessonTextHeight is the height of the lesson bar's text band: about
-// seven lines.
-const lessonTextHeight = 170
+// three lines, so that the bar stays compact above the heatmap.
+const lessonTextHeight = 70
+
+// lessonChartHeight is the text band's height while it shows a chart:
+// the explanation and the chart whole (the inspector scrolls under the
+// bar where the window is short, so the heatmap keeps its height; see
+// lessonRoom).
+const lessonChartHeight = 170
 
 // lessonView plays the lessons of package lesson: the Teaching tab lists
 // them, and while one runs its bar, above the heatmap on the Inspector
@@ -45,6 +51,7 @@ type lessonView struct {
 	explain *widget.Label
 	figures *widget.Label
 	chart   *chart
+	text    *container.Scroll // explain, figures and chart, in a band of bounded height
 	next    *widget.Button
 	stopBtn *widget.Button
 	pace    *widget.Select
@@ -79,7 +86,7 @@ func newLessonView(a *App) *lessonView {
 	v.card = widget.NewCard("Lessons", "", container.NewVBox(append([]fyne.CanvasObject{about}, rows...)...))
 
 	v.title = widget.NewLabelWithStyle("", fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
-	v.title.Truncation = fyne.TextTruncateEllipsis
+	v.title.Wrapping = fyne.TextWrapWord // whole beside the buttons, on more lines if need be
 	v.explain = widget.NewLabel("")
 	v.explain.Wrapping = fyne.TextWrapWord
 	v.figures = widget.NewLabel("")
@@ -104,7 +111,7 @@ func newLessonView(a *App) *lessonView {
 		}
 	})
 	v.pace.SetSelected(Paces[0].Name)
-	v.stopBtn = widget.NewButtonWithIcon("Stop the lesson", theme.MediaStopIcon(), func() {
+	v.stopBtn = widget.NewButtonWithIcon("Stop", theme.MediaStopIcon(), func() {
 		if v.run != nil && v.run.ended {
 			v.hide()
 			return
@@ -114,10 +121,10 @@ func newLessonView(a *App) *lessonView {
 	// The text scrolls in a band of fixed height, so the heatmap below
 	// keeps its room however long the figures grow; the buttons stay in
 	// sight above it.
-	text := container.NewVScroll(container.NewVBox(v.explain, v.figures, v.chart))
-	text.SetMinSize(fyne.NewSize(0, lessonTextHeight))
+	v.text = container.NewVScroll(container.NewVBox(v.explain, v.figures, v.chart))
+	v.text.SetMinSize(fyne.NewSize(0, lessonTextHeight))
 	v.bar = container.NewVBox(container.NewBorder(nil, nil, nil, container.NewHBox(v.next, v.pace, v.stopBtn), v.title),
-		text, widget.NewSeparator())
+		v.text, widget.NewSeparator())
 	v.bar.Hide()
 	return v
 }
@@ -186,8 +193,9 @@ func (v *lessonView) start(l *lesson.Lesson) {
 	v.explain.SetText(intro)
 	v.figures.SetText("")
 	v.chart.Hide()
+	v.text.SetMinSize(fyne.NewSize(0, lessonTextHeight))
 	v.next.Disable()
-	v.stopBtn.SetText("Stop the lesson")
+	v.stopBtn.SetText("Stop")
 	v.showBar(true)
 	a.tabs.Select(a.tabInspector)
 	go func() {
@@ -212,6 +220,10 @@ func (v *lessonView) progress(r *lessonRun, p lesson.Progress) {
 		}
 		v.chart.set(ss)
 		v.chart.Show()
+		v.text.SetMinSize(fyne.NewSize(0, lessonChartHeight))
+		if v.host != nil {
+			v.host.Refresh() // the bar grows
+		}
 	}
 	switch {
 	case p.Done:

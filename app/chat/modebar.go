@@ -19,6 +19,7 @@ type modeBar struct {
 	p       *Pane
 	root    *fyne.Container
 	label   *widget.Label
+	checks  *fyne.Container // plain and think, under the label
 	plain   *widget.Check
 	think   *widget.Check
 	loading bool // show is filling the widgets: do not write back
@@ -27,14 +28,17 @@ type modeBar struct {
 func newModeBar(p *Pane) *modeBar {
 	b := &modeBar{p: p, label: widget.NewLabel("")}
 	b.label.Importance = widget.LowImportance
-	b.label.Truncation = fyne.TextTruncateEllipsis
+	// The label has a line of its own and wraps: a narrow pane shows the
+	// template's whole name, on more lines, not cut off.
+	b.label.Wrapping = fyne.TextWrapWord
 	b.plain = widget.NewCheck("Plain completion", func(on bool) {
 		b.write(func(c *store.Conversation) { c.Plain = on })
 	})
 	b.think = widget.NewCheck("Thinking", func(on bool) {
 		b.write(func(c *store.Conversation) { c.Thinking = &on })
 	})
-	b.root = container.NewBorder(nil, nil, nil, container.NewHBox(b.plain, b.think), b.label)
+	b.checks = container.NewHBox(b.plain, b.think)
+	b.root = container.NewVBox(b.label, b.checks)
 	b.root.Hide()
 	return b
 }
@@ -69,6 +73,8 @@ func (b *modeBar) show(c *store.Conversation) {
 	setShown(b.plain, pr.HasTemplate())
 	b.think.SetChecked(c.Thinking == nil || *c.Thinking)
 	setShown(b.think, pr.Thinks() && !c.Plain)
+	setShown(b.checks, b.plain.Visible() || b.think.Visible())
+	b.root.Refresh() // lays out the checks just shown, and the label's lines
 	b.root.Show()
 }
 
