@@ -8,6 +8,8 @@ import (
 	"fyne.io/fyne/v2/canvas"
 	"fyne.io/fyne/v2/container"
 	"fyne.io/fyne/v2/widget"
+
+	"kvscope/app/inspector"
 )
 
 // chart is a titled line chart of one figure over the last samples.
@@ -73,7 +75,7 @@ func RenderChart(dst *image.RGBA, values []float64, top float64, c color.RGBA) {
 		}
 		p := image.Point{x, y(v)}
 		if i > 0 {
-			line(dst, prev, p, c)
+			inspector.Line(dst, prev, p, c)
 		} else {
 			fill(dst, image.Rect(p.X, p.Y, p.X+1, p.Y+1), c)
 		}
@@ -81,39 +83,3 @@ func RenderChart(dst *image.RGBA, values []float64, top float64, c color.RGBA) {
 	}
 }
 
-// line draws a one-pixel line (Bresenham).
-func line(dst *image.RGBA, a, b image.Point, c color.RGBA) {
-	dx, dy := abs(b.X-a.X), -abs(b.Y-a.Y)
-	sx, sy := 1, 1
-	if a.X > b.X {
-		sx = -1
-	}
-	if a.Y > b.Y {
-		sy = -1
-	}
-	err := dx + dy
-	for {
-		if a.In(dst.Bounds()) {
-			dst.SetRGBA(a.X, a.Y, c)
-		}
-		if a == b {
-			return
-		}
-		e2 := 2 * err
-		if e2 >= dy {
-			err += dy
-			a.X += sx
-		}
-		if e2 <= dx {
-			err += dx
-			a.Y += sy
-		}
-	}
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
