@@ -82,4 +82,3 @@ func RenderChart(dst *image.RGBA, values []float64, top float64, c color.RGBA) {
 		prev = p
 	}
 }
-
