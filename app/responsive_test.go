@@ -177,6 +177,10 @@ func longPrompt(t *testing.T, e *engine.Engine, n int) string {
 // is under way, a second click does not pile up another, and each lands.
 func TestWindowNeverWaitsOnTheEngine(t *testing.T) {
 	const promptTokens = 2000
+	// The Go backend: under -race its prefill steps take seconds, so that
+	// the window is driven while they run (the native library's steps
+	// end before the test can pause and step them).
+	t.Setenv("KVSCOPE_BACKEND", "go")
 	a, _ := newApp(t, t.TempDir())
 	if err := a.OpenModel(DemoModel); err != nil {
 		t.Fatal(err)
