@@ -85,11 +85,17 @@ test: deps $(NATIVE_LIB)
 
 # test-openai runs the official openai npm client against `kvscope serve`
 # on stories260K (test/openai: installed by npm ci from its committed
-# package-lock.json); where node or npm is missing it says so and skips.
+# package-lock.json). Where node or npm is missing it installs Debian's
+# nodejs and npm; where the node it finds is older than 20 (the client's
+# minimum) it says so and skips.
 OPENAI_TEST := test/openai
 test-openai: build
 	@if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then \
-		echo "test-openai: skipped: node and npm are not installed (the openai client test needs Node.js 20 or later)"; exit 0; \
+		echo "installing system packages: nodejs npm"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; \
+	fi; \
+	if [ "$$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt 20 ]; then \
+		echo "test-openai: skipped: node $$(node --version 2>/dev/null) is older than 20, which the openai client needs"; exit 0; \
 	fi; \
 	cd $(OPENAI_TEST) && npm ci --no-audit --no-fund --loglevel=error && \
 	KVSCOPE_BIN=$(CURDIR)/$(BIN) KVSCOPE_TESTDATA=$(abspath $(TESTDATA)) node --test openai.test.mjs
