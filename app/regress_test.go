@@ -215,7 +215,8 @@ func TestSequenceNamesFollowLiveSequences(t *testing.T) {
 func TestLoadDoesNotRaceTheUI(t *testing.T) {
 	a, _ := newApp(t, t.TempDir())
 	uithread.Locked(func() { a.settings.Cache = &store.Cache{BlockSize: 1 << 20} }) // refused: fallback path
-	path := stories(t)                                                              // here: a missing model skips the test, which a goroutine cannot do
+	// Here: a missing model skips the test, which a goroutine cannot do.
+	path := stories(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	for range 3 {
