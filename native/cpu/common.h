@@ -37,6 +37,15 @@ struct kvs_ops {
 	                 const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out);
 };
 
+/* kvs_par (pool.c) runs fn over ranges [a, b) that cover [0, total) once,
+ * multiples of unit but the last, on the caller and kvs_threads()-1 library
+ * threads when split is nonzero (else all of it on the caller); worker is
+ * the running thread's index, below kvs_threads(), for per-thread scratch.
+ * It returns the last nonzero status. */
+typedef int (*kvs_par_fn)(void *ctx, int worker, int64_t a, int64_t b);
+int kvs_par(int64_t total, int64_t unit, int split, kvs_par_fn fn, void *ctx);
+int kvs_threads(void);
+
 extern const struct kvs_ops kvs_ops_scalar, kvs_ops_avx2, kvs_ops_avx512, kvs_ops_avx512vnni,
     kvs_ops_neon;
 

@@ -164,5 +164,5 @@ int64_t kvs_attention_scratch(int64_t n, int32_t heads, int32_t kv_heads, int32_
 	if (n < 0 || heads < 1 || kv_heads < 1 || heads % kv_heads || heads / kv_heads > KVS_MAX_GROUP || head_dim < 1 ||
 	    head_dim > KVS_MAX_HEAD_DIM || max_pos < 1)
 		return KVS_ERR_ARG;
-	return (int64_t)(heads / kv_heads) * max_pos * 4;
+	return (int64_t)kvs_threads() * (heads / kv_heads) * max_pos * 4;
 }

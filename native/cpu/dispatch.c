@@ -134,11 +134,57 @@ int64_t kvs_act_bytes(uint32_t type, int64_t cols, int64_t n) {
 	return n * (cols / 32) * (int64_t)sizeof(struct act32);
 }
 
+/* SERIAL_WORK is the multiply-adds (rows*cols*n) below which a matrix
+ * product runs on its caller alone, and QUANT_SPLIT the activations
+ * (n*cols) from which their rounding is split: below them, waking the
+ * threads costs more than it saves. SWIGLU_SPLIT likewise, in values (a
+ * decode step's 5,632 take about 5 µs a core) and ADD_SPLIT (a decode
+ * step's 2,048 additions are far below it; a prefill's are not). */
+enum { SERIAL_WORK = 1 << 17, QUANT_SPLIT = 1 << 16, SWIGLU_SPLIT = 4096, ADD_SPLIT = 1 << 16 };
+
+struct quant_job {
+	const struct kvs_ops *o;
+	uint32_t type;
+	const float *x;
+	int64_t cols;
+	uint8_t *qx;
+	int64_t per; /* bytes of one vector's blocks */
+};
+
+static int quant_part(void *c, int w, int64_t a, int64_t b) {
+	struct quant_job *j = c;
+	(void)w;
+	return j->o->quantize_acts(j->type, j->x + a * j->cols, j->cols, b - a, j->qx + a * j->per);
+}
+
 int kvs_quantize_acts(uint32_t type, const float *x, int64_t cols, int64_t n, void *qx) {
 	int64_t nb = kvs_act_bytes(type, cols, n);
 	if (nb < 0) return (int)nb;
 	if (nb > 0 && (!x || !qx)) return KVS_ERR_ARG;
-	return ops()->quantize_acts(type, x, cols, n, qx);
+	struct quant_job j = {ops(), type, x, cols, qx, n > 0 ? nb / n : 0};
+	return kvs_par(n, 1, n * cols >= QUANT_SPLIT, quant_part, &j);
+}
+
+/* mm_job is a matrix product split by output rows (rows relative to
+ * row0; 16 at a time, so that no two threads write one cache line of out). */
+struct mm_job {
+	const struct kvs_ops *o;
+	uint32_t type;
+	const void *w;
+	int64_t rows, cols, row0;
+	const float *x;
+	const void *qx;
+	int64_t n;
+	float *out;
+	int packed;
+};
+
+static int mm_part(void *c, int w, int64_t a, int64_t b) {
+	struct mm_job *j = c;
+	(void)w;
+	if (j->packed)
+		return j->o->matmul_packed(j->type, j->w, j->rows, j->cols, j->row0 + a, j->row0 + b, j->qx, j->n, j->out);
+	return j->o->matmul(j->type, j->w, j->rows, j->cols, j->row0 + a, j->row0 + b, j->x, j->qx, j->n, j->out);
 }
 
 int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1, const float *x,
@@ -148,7 +194,8 @@ int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t
 	if (rows < 0 || row0 < 0 || row1 < row0 || row1 > rows || !w || !out || (nb == 0 ? !x : !qx))
 		return KVS_ERR_ARG;
 	if (row0 == row1 || n == 0) return KVS_OK;
-	return ops()->matmul(type, w, rows, cols, row0, row1, x, qx, n, out);
+	struct mm_job j = {ops(), type, w, rows, cols, row0, x, qx, n, out, 0};
+	return kvs_par(row1 - row0, KVS_PACK_ROWS, (row1 - row0) * cols * n >= SERIAL_WORK, mm_part, &j);
 }
 
 int64_t kvs_packed_bytes(uint32_t type, int64_t rows, int64_t cols) {
@@ -165,7 +212,8 @@ int kvs_matmul_packed(uint32_t type, const void *wp, int64_t rows, int64_t cols,
 	    n < 0 || n > ((int64_t)1 << 24) || !wp || !qx || !out)
 		return KVS_ERR_ARG;
 	if (row0 == row1 || n == 0) return KVS_OK;
-	return ops()->matmul_packed(type, wp, rows, cols, row0, row1, qx, n, out);
+	struct mm_job j = {ops(), type, wp, rows, cols, row0, NULL, qx, n, out, 1};
+	return kvs_par(row1 - row0, KVS_PACK_ROWS, (row1 - row0) * cols * n >= SERIAL_WORK, mm_part, &j);
 }
 
 int kvs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, int64_t dim, float eps) {
@@ -181,14 +229,40 @@ int kvs_rope(float *x, int64_t n, int64_t heads, int64_t head_dim, int64_t rope_
 	return ops()->rope(x, n, heads, head_dim, rope_dim, pos, base, scale, freq_factors, neox);
 }
 
+struct swiglu_job {
+	const struct kvs_ops *o;
+	float *out;
+	const float *gate, *up;
+};
+
+static int swiglu_part(void *c, int w, int64_t a, int64_t b) {
+	struct swiglu_job *j = c;
+	(void)w;
+	return j->o->swiglu(j->out + a, j->gate + a, j->up + a, b - a);
+}
+
 int kvs_swiglu(float *out, const float *gate, const float *up, int64_t len) {
 	if (len < 0 || !out || !gate || !up) return KVS_ERR_ARG;
-	return ops()->swiglu(out, gate, up, len);
+	struct swiglu_job j = {ops(), out, gate, up};
+	return kvs_par(len, 1024, len >= SWIGLU_SPLIT, swiglu_part, &j);
+}
+
+struct add_job {
+	const struct kvs_ops *o;
+	float *x;
+	const float *y;
+};
+
+static int add_part(void *c, int w, int64_t a, int64_t b) {
+	struct add_job *j = c;
+	(void)w;
+	return j->o->add(j->x + a, j->y + a, b - a);
 }
 
 int kvs_add(float *x, const float *y, int64_t len) {
 	if (len < 0 || !x || !y) return KVS_ERR_ARG;
-	return ops()->add(x, y, len);
+	struct add_job j = {ops(), x, y};
+	return kvs_par(len, 1024, len >= ADD_SPLIT, add_part, &j);
 }
 
 /* plane_ok checks a plane's description (not its memory, which the caller
@@ -202,6 +276,40 @@ int kvs_plane_ok(const struct kvs_kv_plane *p) {
 	int need_zero = p->prec == KVS_KV_INT8 || p->prec == KVS_KV_INT4;
 	return p->group >= 1 && p->groups >= 1 && p->row_bytes >= 1 && p->scale && (!need_zero || p->zero) &&
 	       p->data_per_block == (int64_t)p->kv_heads * p->block_size * p->row_bytes;
+}
+
+/* attn_job is an attention call split by (row, KV head) pairs: a decode
+ * step's one row has its KV heads' query groups computed by different
+ * threads, and a prefill's rows spread the same way. Each thread scores
+ * into its own part of scratch. */
+struct attn_job {
+	const struct kvs_ops *o;
+	const struct kvs_kv_plane *k, *v;
+	int32_t layer, heads, group, g0, ng, window;
+	float scale;
+	const float *q;
+	const int32_t *n_pos, *tables;
+	const int64_t *table_off;
+	const uint8_t *const *k_resid;
+	float *scratch;
+	int64_t per; /* scratch floats a thread */
+	float *out;
+};
+
+static int attn_part(void *c, int w, int64_t a, int64_t b) {
+	struct attn_job *j = c;
+	int bad = 0;
+	int64_t qd = (int64_t)j->heads * j->k->head_dim;
+	for (int64_t u = a; u < b;) {
+		int64_t r = u / j->ng, h0 = u % j->ng, h1 = h0 + (b - u);
+		if (h1 > j->ng) h1 = j->ng;
+		int rc = j->o->attention(j->k, j->v, j->layer, 1, j->heads, (int32_t)(j->g0 + h0) * j->group,
+		                         (int32_t)(j->g0 + h1) * j->group, j->window, j->scale, j->q + r * qd, j->n_pos + r,
+		                         j->tables, j->table_off + r, j->k_resid, j->scratch + w * j->per, j->out + r * qd);
+		if (rc) bad = rc;
+		u += h1 - h0;
+	}
+	return bad;
 }
 
 int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
@@ -221,5 +329,12 @@ int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, in
 		for (int64_t j = p0 / k->block_size; j * k->block_size < n_pos[r]; j++)
 			if (tables[table_off[r] + j] < 0 || tables[table_off[r] + j] >= k->blocks) return KVS_ERR_ARG;
 	}
-	return ops()->attention(k, v, layer, n, heads, head0, head1, window, scale, q, n_pos, tables, table_off, k_resid, scratch, out);
+	int64_t maxp = 1;
+	for (int64_t r = 0; r < n; r++) maxp = n_pos[r] > maxp ? n_pos[r] : maxp;
+	if (window > 0 && maxp > window) maxp = window;
+	int32_t group = heads / k->kv_heads, g0 = head0 / group, g1 = head1 / group;
+	struct attn_job j = {ops(), k, v, layer, heads, group, g0, g1 - g0, window, scale, q, n_pos, tables, table_off,
+	                     k_resid, scratch, group * maxp, out};
+	int64_t units = n * (g1 - g0);
+	return kvs_par(units, 1, units > 1, attn_part, &j);
 }

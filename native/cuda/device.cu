@@ -65,6 +65,8 @@ static int take_pending(void) {
 }
 
 KVS_EXPORT int kvs_abi_version(void) { return KVS_ABI_VERSION; }
+/* The device computes; the host threads have nothing to split. */
+KVS_EXPORT int kvs_set_threads(int32_t n) { return n >= 1 && n <= KVS_MAX_THREADS ? KVS_OK : KVS_ERR_ARG; }
 
 KVS_EXPORT int kvs_device_kind(void) { return KVS_DEVICE_CUDA; }
 

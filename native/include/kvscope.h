@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /* KVS_ABI_VERSION changes whenever any declaration below changes meaning. */
-#define KVS_ABI_VERSION 4
+#define KVS_ABI_VERSION 5
 
 /* kvs_status: what a function returns. */
 enum kvs_status {
@@ -55,6 +55,19 @@ enum kvs_status {
 
 /* kvs_abi_version returns KVS_ABI_VERSION as the library was built. */
 KVS_API int kvs_abi_version(void);
+
+/* KVS_MAX_THREADS is the most threads kvs_set_threads takes. */
+#define KVS_MAX_THREADS 64
+
+/* kvs_set_threads makes the host library's kernels (kvs_quantize_acts,
+ * kvs_matmul, kvs_matmul_packed, kvs_swiglu, kvs_add and kvs_attention) split large
+ * calls between the calling thread and n-1 threads of the library's own
+ * (1, the default: the caller alone). The split never changes a result.
+ * The threads spin briefly after each call, watching for the next, then
+ * sleep. Concurrent calls are safe: one made while another is split runs
+ * on its caller alone. Device libraries accept it and compute on their
+ * device. */
+KVS_API int kvs_set_threads(int32_t n);
 
 /* ---------------------------------------------------------------- CPU paths */
 
@@ -292,9 +305,10 @@ KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n,
  *     is quantized (full); a slot holds [kv_head][token_in_group][head_dim] f16
  *     values (int8: only their high bytes, the low bytes in data; int4: whole,
  *     little-endian). NULL for other key precisions.
- *   scratch: (heads/kv_heads)*max(n_pos) floats (at most window each, with a
- *     window), for the scores of the query
- *     heads sharing one KV head (each decoded K and V row serves them all).
+ *   scratch: kvs_attention_scratch bytes: in the host library, for each of
+ *     kvs_threads() threads, (heads/kv_heads)*max(n_pos) floats (at most
+ *     window each, with a window), for the scores of the query heads
+ *     sharing one KV head (each decoded K and V row serves them all).
  * Scores run in position order: per position the float dot product of the
  * query head with the decoded key row, in the sixteen-lane order of
  * kvs_matmul's float types, times scale; then the
@@ -439,8 +453,8 @@ KVS_API int kvs_kv_copy_block(const struct kvs_kv_plane *p, int32_t dst, int32_t
  * shapes it does not take. A device library splits long contexts into
  * partitions whose partial softmax sums and outputs it keeps there; it
  * returns 0 when max_pos needs none, and kvs_attention then takes NULL.
- * In a device library kvs_attention's scratch is this many bytes (the
- * host library's: (heads/kv_heads)*max(n_pos) floats, as above). */
+ * kvs_attention's scratch is this many bytes (the host library's: for
+ * each of its threads, (heads/kv_heads)*max_pos floats, as above). */
 KVS_API int64_t kvs_attention_scratch(int64_t n, int32_t heads, int32_t kv_heads, int32_t head_dim, int32_t max_pos);
 
 #ifdef __cplusplus

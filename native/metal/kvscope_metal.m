@@ -144,6 +144,8 @@ static void grid1(id<MTLComputeCommandEncoder> e, int64_t n, NSUInteger tg) {
 /* --------------------------------------------------------------- device */
 
 KVS_API int kvs_abi_version(void) { return KVS_ABI_VERSION; }
+/* The device computes; the host threads have nothing to split. */
+KVS_API int kvs_set_threads(int32_t n) { return n >= 1 && n <= KVS_MAX_THREADS ? KVS_OK : KVS_ERR_ARG; }
 KVS_API int kvs_device_kind(void) { return KVS_DEVICE_METAL; }
 
 KVS_API int kvs_device_name(char *buf, int64_t len) {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -23,7 +22,6 @@ import (
 type Backend struct {
 	backend.Backend // the Go backend: handles and the operations kept in Go
 	lib             *Lib
-	last            atomic.Pointer[weight] // the weight of the last product
 
 	mu        sync.Mutex
 	err       error           // the first failure since the last Read or Sync
@@ -117,11 +115,7 @@ type weight struct {
 	backend.Weight
 	once   sync.Once
 	packed atomic.Pointer[Packed]
-	next   atomic.Pointer[weight] // the weight multiplied after this one, last time
 }
-
-// readAheadBytes is how much of the next weight an idle helper reads ahead.
-var readAheadBytes = 4 << 20
 
 // Free drops the packed copy and the Go handle.
 func (w *weight) Free() {
@@ -165,14 +159,6 @@ func (b *Backend) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer,
 		}
 		if nw, ok := w.(*weight); ok && nw.packed.Load() != nil {
 			err = b.lib.MatMulPacked(nw.packed.Load(), xs, n, o)
-			if prev := b.last.Swap(nw); prev != nil && prev != nw && prev.next.Load() != nw {
-				prev.next.Store(nw)
-			}
-			if nx := nw.next.Load(); nx != nil {
-				if p := nx.packed.Load(); p != nil {
-					ReadAhead(p.data[:min(len(p.data), readAheadBytes)])
-				}
-			}
 		} else {
 			err = b.lib.MatMul(t, data, rows, cols, xs, n, o)
 		}
@@ -214,23 +200,12 @@ func (b *Backend) RoPE(x backend.Buffer, heads int, pos []int32, r *backend.Rope
 	}
 }
 
-// SwiGLU runs in C, split among the helpers when there is enough of it
-// (a decode step's 5,632 values take about 5 µs a core).
+// SwiGLU runs in C, split among the library's threads when there is
+// enough of it.
 func (b *Backend) SwiGLU(gate, up backend.Buffer, count int) {
 	g, u := backend.HostFloats(gate)[:count], backend.HostFloats(up)[:count]
-	var bad error
-	var mu sync.Mutex
-	parallel(runtime.GOMAXPROCS(0), count, 1024, count >= 4096, func(a, c int) int32 {
-		if err := b.lib.SwiGLU(g[a:c], g[a:c], u[a:c]); err != nil {
-			mu.Lock()
-			bad = err
-			mu.Unlock()
-			return -1
-		}
-		return 0
-	})
-	if bad != nil {
-		b.fail("swiglu", bad)
+	if err := b.lib.SwiGLU(g, g, u); err != nil {
+		b.fail("swiglu", err)
 	}
 }
 

@@ -3,7 +3,6 @@ package native
 import (
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -410,17 +409,8 @@ func (b *Device) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer, 
 			return
 		}
 	}
-	call := func(r0, r1 int) int32 {
-		return b.d.matmul(t, dw.p, rows, cols, int64(r0), int64(r1), xp, qx, int64(n), op)
-	}
-	var rc int32
-	if b.host() {
-		// The host library computes on this machine's cores: split the
-		// rows as the CPU backend does.
-		rc = parallel(runtime.GOMAXPROCS(0), dw.rows, 16, dw.rows*dw.cols*n >= serialWork, call)
-	} else {
-		rc = call(0, dw.rows)
-	}
+	b.lib.split() // the host library's threads
+	rc := b.d.matmul(t, dw.p, rows, cols, 0, rows, xp, qx, int64(n), op)
 	if b.check("matmul", rc) && dw.bias != 0 {
 		b.check("bias", b.d.addBias(op, dw.bias, int64(n), rows))
 	}

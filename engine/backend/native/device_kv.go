@@ -415,32 +415,13 @@ func (b *Device) Attention(out backend.Buffer, c backend.Cache, layer int, q bac
 	}
 	var rc int32
 	if b.host() {
-		// Rows split among goroutines in fixed chunks, each with its own
-		// scratch (the host library computes on this machine's cores).
-		workers := min(runtime.GOMAXPROCS(0), n)
-		chunk := (n + workers - 1) / workers
-		per := scratchFor(chunk)
-		if !b.ensure(&b.scratch, per*int64(workers)) {
+		// One call: the library splits the rows among its threads, each
+		// with its own part of the scratch.
+		b.lib.split()
+		if !b.ensure(&b.scratch, scratchFor(n)) {
 			return
 		}
-		rcs := make([]int32, workers)
-		done := make(chan struct{}, workers)
-		for w := range workers {
-			go func() {
-				if a, e := w*chunk, min(n, (w+1)*chunk); a < e {
-					rcs[w] = call(a, e, b.scratch.p+uintptr(w)*uintptr(per))
-				}
-				done <- struct{}{}
-			}()
-		}
-		for range workers {
-			<-done
-		}
-		for _, x := range rcs {
-			if x != 0 {
-				rc = x
-			}
-		}
+		rc = call(0, n, b.scratch.p)
 	} else {
 		// One call a chunk of rows whose partial results (long contexts
 		// split over the GPU) fit in attnScratchBytes; rows are

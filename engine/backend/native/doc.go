@@ -12,18 +12,22 @@
 // back for that tensor alone.
 //
 // The library computes each output in a fixed order that depends neither on
-// the batch, nor on how rows are split among goroutines, nor on the SIMD
+// the batch, nor on how rows are split among threads, nor on the SIMD
 // path, so its results are batch-invariant and identical on every path
 // (SetPath forces one, for tests). Quantized matrix products round the
 // activations to 8 bits first (as llama.cpp does), so they differ from
 // engine/quant's float32 products by about that rounding; the package tests
 // state and check each kernel's bound.
 //
-// Threads: MatMul and Attention split their output rows between the caller
-// and GOMAXPROCS-1 helper goroutines that stay and spin briefly between
-// calls (pool.go), each range one C call; the library starts no threads of
-// its own (native/README.md has the measurements behind that). Q4_0 and
-// Q8_0 weights are multiplied from a packed copy (Pack, MatMulPacked).
+// Threads: the library splits its large kernels (matrix products, the
+// rounding of many activations, SwiGLU, addition, attention) between the
+// calling thread and threads of its own, GOMAXPROCS in all (kvs_set_threads,
+// which every call keeps in step with GOMAXPROCS). Goroutines calling into
+// C did this before and were slower: with both of Go's Ps inside C calls,
+// the runtime handed them to fresh threads that then took turns with the
+// computing ones (native/cpu/pool.c and native/README.md have the figures).
+// Q4_0 and Q8_0 weights are multiplied from a packed copy (Pack,
+// MatMulPacked), packed in Go.
 //
 // Device backends: OpenDevice loads a GPU library of the same ABI
 // (libkvscope_cuda.so from native/cuda, libkvscope_metal.dylib from

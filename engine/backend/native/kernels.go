@@ -4,17 +4,15 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 
 	"kvscope/engine/quant"
 )
-
-// serialWork is the multiply-adds (rows*cols*n) below which MatMul makes one
-// C call on the calling goroutine: starting goroutines would cost more.
-const serialWork = 1 << 17
 
 // ptr returns the address of s's first element, or nil for an empty slice.
 func ptr[T any](s []T) unsafe.Pointer {
@@ -29,8 +27,8 @@ var actPool sync.Pool
 
 // MatMul multiplies the weight matrix w (rows rows of cols elements of type
 // typ, the bytes a GGUF tensor holds) by the n activation vectors x[n][cols],
-// writing out[b*rows+r] = dot(row r, vector b), as quant.MatMul does. Rows
-// are split among GOMAXPROCS goroutines. An unimplemented type gives an error
+// writing out[b*rows+r] = dot(row r, vector b), as quant.MatMul does. The
+// library splits the rows among GOMAXPROCS threads. An unimplemented type gives an error
 // wrapping ErrUnsupported.
 func (l *Lib) MatMul(typ quant.Type, w []byte, rows, cols int, x []float32, n int, out []float32) error {
 	if rows < 0 || cols <= 0 || n < 0 {
@@ -46,8 +44,8 @@ func (l *Lib) MatMul(typ quant.Type, w []byte, rows, cols int, x []float32, n in
 	if int64(len(w)) != int64(rows)*rb {
 		return fmt.Errorf("native: matmul: %d rows of %d %s elements take %d bytes, weights have %d", rows, cols, typ, int64(rows)*rb, len(w))
 	}
-	err := l.product(typ, rows, cols, x, n, out, 1, func(r0, r1 int, qx []byte) int32 {
-		rc, _, _ := purego.SyscallN(l.matmulSym, uintptr(typ), uintptr(ptr(w)), uintptr(rows), uintptr(cols), uintptr(r0), uintptr(r1),
+	err := l.product(typ, rows, cols, x, n, out, func(qx []byte) int32 {
+		rc, _, _ := purego.SyscallN(l.matmulSym, uintptr(typ), uintptr(ptr(w)), uintptr(rows), uintptr(cols), 0, uintptr(rows),
 			uintptr(ptr(x)), uintptr(ptr(qx)), uintptr(n), uintptr(ptr(out)))
 		return int32(rc)
 	})
@@ -56,10 +54,9 @@ func (l *Lib) MatMul(typ quant.Type, w []byte, rows, cols int, x []float32, n in
 }
 
 // product checks the activations and outputs of a product of rows×cols
-// weights of typ by n vectors, rounds the activations (once, split among
-// goroutines when there are many) and runs call on ranges of output rows,
-// multiples of unit rows (but the last), split among GOMAXPROCS goroutines.
-func (l *Lib) product(typ quant.Type, rows, cols int, x []float32, n int, out []float32, unit int, call func(r0, r1 int, qx []byte) int32) error {
+// weights of typ by n vectors, rounds the activations once and runs call,
+// the product of all rows, with the library's threads set to GOMAXPROCS.
+func (l *Lib) product(typ quant.Type, rows, cols int, x []float32, n int, out []float32, call func(qx []byte) int32) error {
 	if len(x) != n*cols || len(out) != n*rows {
 		return fmt.Errorf("native: matmul: %d vectors of %d and %d rows need %d activations and %d outputs, got %d and %d", n, cols, rows, n*cols, n*rows, len(x), len(out))
 	}
@@ -70,7 +67,7 @@ func (l *Lib) product(typ quant.Type, rows, cols int, x []float32, n int, out []
 	if rows == 0 || n == 0 {
 		return nil
 	}
-	workers := min(runtime.GOMAXPROCS(0), (rows+unit-1)/unit)
+	l.split()
 	var qx []byte
 	if ab > 0 {
 		bp, _ := actPool.Get().(*[]byte)
@@ -82,20 +79,12 @@ func (l *Lib) product(typ quant.Type, rows, cols int, x []float32, n int, out []
 			*bp = make([]byte, ab)
 		}
 		qx = (*bp)[:ab]
-		per := int(ab) / n // bytes of one vector's blocks
-		quantize := func(b0, b1 int) int32 {
-			return l.quantizeActs(uint32(typ), ptr(x[b0*cols:]), int64(cols), int64(b1-b0), ptr(qx[b0*per:]))
-		}
-		if rc := parallel(workers, n, 1, n*cols >= quantSplit, quantize); rc != 0 {
+		if rc := l.quantizeActs(uint32(typ), ptr(x), int64(cols), int64(n), ptr(qx)); rc != 0 {
 			return status("quantize activations", rc)
 		}
 	}
-	return status("matmul", parallel(workers, rows, unit, rows*cols*n >= serialWork, func(r0, r1 int) int32 { return call(r0, r1, qx) }))
+	return status("matmul", call(qx))
 }
-
-// quantSplit is the activations (n*cols) from which their rounding is split
-// among goroutines.
-const quantSplit = 1 << 16
 
 // Packed is a Q4_0 or Q8_0 weight matrix in the library's packed layout
 // (kvscope.h's kvs_pack: rows interleaved in groups of 16), which
@@ -129,10 +118,31 @@ func (l *Lib) Pack(typ quant.Type, w []byte, rows, cols int) (*Packed, error) {
 	p := &Packed{typ: typ, rows: rows, cols: cols}
 	p.data = allocPacked(int(size), p)
 	groups := (rows + packRows - 1) / packRows
-	parallel(runtime.GOMAXPROCS(0), groups, 1, size >= 1<<20, func(g0, g1 int) int32 {
-		packGroups(p, w, g0, g1)
-		return 0
-	})
+	nw := min(runtime.GOMAXPROCS(0), groups)
+	if size < 1<<20 {
+		nw = 1
+	}
+	var wg sync.WaitGroup
+	var panicked atomic.Pointer[any]
+	for k := 1; k < nw; k++ {
+		wg.Go(func() {
+			// A fault reading a mapped file's changed pages panics here
+			// and goes back to the caller, which may recover it; left
+			// alone it would kill the process.
+			debug.SetPanicOnFault(true)
+			defer func() {
+				if r := recover(); r != nil {
+					panicked.CompareAndSwap(nil, &r)
+				}
+			}()
+			packGroups(p, w, groups*k/nw, groups*(k+1)/nw)
+		})
+	}
+	packGroups(p, w, 0, groups/nw)
+	wg.Wait()
+	if r := panicked.Load(); r != nil {
+		panic(*r)
+	}
 	return p, nil
 }
 
@@ -204,8 +214,8 @@ func (l *Lib) MatMulPacked(p *Packed, x []float32, n int, out []float32) error {
 	if n < 0 {
 		return fmt.Errorf("native: matmul: %d vectors", n)
 	}
-	err := l.product(p.typ, p.rows, p.cols, x, n, out, 16, func(r0, r1 int, qx []byte) int32 {
-		rc, _, _ := purego.SyscallN(l.matmulPSym, uintptr(p.typ), uintptr(ptr(p.data)), uintptr(p.rows), uintptr(p.cols), uintptr(r0), uintptr(r1),
+	err := l.product(p.typ, p.rows, p.cols, x, n, out, func(qx []byte) int32 {
+		rc, _, _ := purego.SyscallN(l.matmulPSym, uintptr(p.typ), uintptr(ptr(p.data)), uintptr(p.rows), uintptr(p.cols), 0, uintptr(p.rows),
 			uintptr(ptr(qx)), uintptr(n), uintptr(ptr(out)))
 		return int32(rc)
 	})
@@ -280,11 +290,13 @@ func (l *Lib) SwiGLU(out, gate, up []float32) error {
 	if len(out) == 0 {
 		return nil
 	}
+	l.split()
 	return status("swiglu", l.swiglu(ptr(out), ptr(gate), ptr(up), int64(len(out))))
 }
 
 // Add adds y to x element by element.
 func (l *Lib) Add(x, y []float32) error {
+	l.split()
 	if len(x) != len(y) {
 		return fmt.Errorf("native: add: %d and %d values differ", len(x), len(y))
 	}

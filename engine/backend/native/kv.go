@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync"
 	"unsafe"
 
 	"kvscope/engine/kvstore"
@@ -109,7 +110,7 @@ type AttnRow struct {
 // Attention computes, for each row i, softmax(q·Kᵀ·scale)·V over the row's
 // positions, per query head (heads of them, sharing KV heads in groups),
 // reading K and V of layer straight from the store's blocks. q and out hold
-// len(rows)*heads*HeadDim values. Rows are split among GOMAXPROCS goroutines.
+// len(rows)*heads*HeadDim values. The library splits the rows among GOMAXPROCS threads.
 // The caller must not write the blocks read while it runs.
 func (l *Lib) Attention(s *kvstore.Store, layer, heads int, scale float32, q []float32, rows []AttnRow, out []float32) error {
 	c := s.Config()
@@ -160,9 +161,13 @@ type attnMeta struct {
 	tables []int32
 }
 
-// attend checks the call and runs it, split among goroutines by (row, KV
-// head) pairs: a decode step's one row has each KV head's query group
-// computed by a different core, and a prefill's rows spread the same way.
+// attnScratch holds attention's score scratch between calls.
+var attnScratch = sync.Pool{New: func() any { return new([]float32) }}
+
+// attend checks the call and runs it in one call: the library splits it by
+// (row, KV head) pairs among its threads (kvscope.h), so that a decode
+// step's one row has each KV head's query group computed by a different
+// core, and a prefill's rows spread the same way.
 func (l *Lib) attend(s *kvstore.Store, layer, heads, window int, scale float32, q []float32, m *attnMeta, out []float32) error {
 	c := s.Config()
 	n := len(m.nPos)
@@ -210,26 +215,16 @@ func (l *Lib) attend(s *kvstore.Store, layer, heads, window int, scale float32, 
 	if window > 0 {
 		maxPos = min(maxPos, int32(window))
 	}
+	// The library splits the rows' (row, KV head) pairs among its threads,
+	// each scoring into its own part of scratch.
 	group := heads / c.KVHeads
-	call := func(i, g0, g1 int, scratch []float32) int32 {
-		return l.attention(unsafe.Pointer(&pk), unsafe.Pointer(&pv), int32(layer), 1, int32(heads),
-			int32(g0*group), int32(g1*group), int32(window), scale,
-			ptr(q[i*qd:]), ptr(m.nPos[i:]), ptr(m.tables), ptr(m.off[i:]), ptr(resid), ptr(scratch), ptr(out[i*qd:]))
+	sp := attnScratch.Get().(*[]float32)
+	defer attnScratch.Put(sp)
+	if need := l.split() * int(maxPos) * group; cap(*sp) < need {
+		*sp = make([]float32, need)
 	}
-	units := n * c.KVHeads
-	rc := parallel(min(runtime.GOMAXPROCS(0), units), units, 1, units > 1, func(a, b int) int32 {
-		scratch := make([]float32, int(maxPos)*group)
-		var bad int32
-		for u := a; u < b; {
-			i, g0 := u/c.KVHeads, u%c.KVHeads
-			g1 := min(c.KVHeads, g0+b-u)
-			if rc := call(i, g0, g1, scratch); rc != 0 {
-				bad = rc
-			}
-			u += g1 - g0
-		}
-		return bad
-	})
+	rc := l.attention(unsafe.Pointer(&pk), unsafe.Pointer(&pv), int32(layer), int64(n), int32(heads), 0, int32(heads), int32(window), scale,
+		ptr(q), ptr(m.nPos), ptr(m.tables), ptr(m.off), ptr(resid), ptr((*sp)[:cap(*sp)]), ptr(out))
 	runtime.KeepAlive(rk)
 	runtime.KeepAlive(rv)
 	runtime.KeepAlive(s)

@@ -6,13 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 )
 
 // ABIVersion is the version of native/include/kvscope.h this package speaks.
-const ABIVersion = 4
+const ABIVersion = 5
 
 // ErrNotFound is wrapped by Load's error when no library file exists where
 // it looked.
@@ -46,6 +47,8 @@ type Lib struct {
 	file string
 
 	abiVersion    func() int32
+	setThreads    func(int32) int32
+	threads       atomic.Int32 // what setThreads was last given
 	cpuFeatures   func() uint32
 	pathSupported func(int32) int32
 	setPath       func(int32) int32
@@ -124,6 +127,7 @@ func open(file string) (l *Lib, err error) {
 		name string
 	}{
 		{&l.abiVersion, "kvs_abi_version"},
+		{&l.setThreads, "kvs_set_threads"},
 		{&l.cpuFeatures, "kvs_cpu_features"},
 		{&l.pathSupported, "kvs_path_supported"},
 		{&l.setPath, "kvs_set_path"},
@@ -162,6 +166,21 @@ func open(file string) (l *Lib, err error) {
 	}
 	return l, nil
 }
+
+// split makes the library's threads follow GOMAXPROCS (the library splits
+// its large kernels between the caller and threads of its own; see
+// native/cpu/pool.c for why not goroutines), and returns that count.
+func (l *Lib) split() int {
+	n := min(runtime.GOMAXPROCS(0), maxThreads)
+	if int(l.threads.Load()) != n {
+		l.setThreads(int32(n))
+		l.threads.Store(int32(n))
+	}
+	return n
+}
+
+// maxThreads is kvscope.h's KVS_MAX_THREADS.
+const maxThreads = 64
 
 // File returns the path of the loaded library.
 func (l *Lib) File() string { return l.file }
