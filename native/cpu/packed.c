@@ -19,9 +19,7 @@ enum { PR = KVS_PACK_ROWS, NV = 8 };
  * pages); 32 to 64 KB ahead made it 20 to 22 (2 cores: 26 to 33), nearer
  * helped less and into L1 not at all. Prefetches past the weights' end are
  * harmless (they never fault). */
-#ifndef PF
 #define PF 49152
-#endif
 
 static inline int32_t ld32(const void *p) {
 	int32_t v;

@@ -53,7 +53,7 @@ func TestThreadsGiveTheSameBits(t *testing.T) {
 	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q4_0, quant.Q8_0, quant.Q4_K, quant.Q6_K} {
 		const rows, cols = 333, 512
 		w, _ := randWeights(t, r, typ, rows, cols)
-		pk, _ := l.Pack(typ, w, rows, cols) // nil for types without a packed form
+		pk, _ := l.Pack(typ, w, rows, cols)  // nil for types without a packed form
 		for _, n := range []int{1, 7, 130} { // 130 vectors: their rounding is split too
 			x := randVec(r, n*cols)
 			var want, wantP []float32
