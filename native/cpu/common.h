@@ -35,6 +35,7 @@ struct kvs_ops {
 	int (*attention)(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
 	                 int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
 	                 const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out);
+	uint64_t (*sum64)(const uint64_t *p, int64_t n);
 };
 
 /* kvs_par (pool.c) runs fn over ranges [a, b) that cover [0, total) once,

@@ -265,6 +265,27 @@ int kvs_add(float *x, const float *y, int64_t len) {
 	return kvs_par(len, 1024, len >= ADD_SPLIT, add_part, &j);
 }
 
+struct sum_job {
+	const struct kvs_ops *o;
+	const uint64_t *p;
+	_Atomic uint64_t sum;
+};
+
+static int sum_part(void *c, int w, int64_t a, int64_t b) {
+	struct sum_job *j = c;
+	(void)w;
+	atomic_fetch_add(&j->sum, j->o->sum64(j->p + a, b - a));
+	return KVS_OK;
+}
+
+int kvs_sum64(const void *p, int64_t words, uint64_t *sum) {
+	if (words < 0 || !sum || (words > 0 && !p)) return KVS_ERR_ARG;
+	struct sum_job j = {ops(), p, 0};
+	int rc = kvs_par(words, 4096, words >= (1 << 16), sum_part, &j);
+	*sum = atomic_load(&j.sum);
+	return rc;
+}
+
 /* plane_ok checks a plane's description (not its memory, which the caller
  * vouches for). */
 int kvs_plane_ok(const struct kvs_kv_plane *p) {

@@ -233,6 +233,13 @@ KVS_API int kvs_add(float *x, const float *y, int64_t len);
 
 /* ------------------------------------------------------------ paged K/V */
 
+/* kvs_sum64 writes to *sum the sum, modulo 2^64, of the words 64-bit
+ * little-endian words at p, read with the path's widest loads and split
+ * among the library's threads: the read-bandwidth probe `kvscope bench`
+ * times (a matrix-vector product cannot read its weights faster). Device
+ * libraries return KVS_ERR_TYPE. */
+KVS_API int kvs_sum64(const void *p, int64_t words, uint64_t *sum);
+
 /* KVS_MAX_HEAD_DIM is the largest head_dim the K/V functions take, and
  * KVS_MAX_GROUP the most query heads kvs_attention lets share a KV head. */
 #define KVS_MAX_HEAD_DIM 1024

@@ -144,6 +144,12 @@ static void grid1(id<MTLComputeCommandEncoder> e, int64_t n, NSUInteger tg) {
 /* --------------------------------------------------------------- device */
 
 KVS_API int kvs_abi_version(void) { return KVS_ABI_VERSION; }
+/* The read probe is the host library's; a device's bandwidth is measured
+ * by native/cuda/check.sh's copies instead. */
+KVS_API int kvs_sum64(const void *p, int64_t words, uint64_t *sum) {
+	(void)p, (void)words, (void)sum;
+	return KVS_ERR_TYPE;
+}
 /* The device computes; the host threads have nothing to split. */
 KVS_API int kvs_set_threads(int32_t n) { return n >= 1 && n <= KVS_MAX_THREADS ? KVS_OK : KVS_ERR_ARG; }
 KVS_API int kvs_device_kind(void) { return KVS_DEVICE_METAL; }

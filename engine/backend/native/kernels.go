@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -304,4 +305,39 @@ func (l *Lib) Add(x, y []float32) error {
 		return nil
 	}
 	return status("add", l.add(ptr(x), ptr(y), int64(len(x))))
+}
+
+// Sum64 returns the sum, modulo 2^64, of the words of w, read with the SIMD
+// path's widest loads and split among the library's GOMAXPROCS threads: a
+// read as fast as this machine reads memory, the bound `kvscope bench`
+// sets beside every matrix-vector product (which reads its weights once).
+func (l *Lib) Sum64(w []uint64) (uint64, error) {
+	l.split()
+	var s uint64
+	rc := l.sum64(ptr(w), int64(len(w)), unsafe.Pointer(&s))
+	runtime.KeepAlive(w)
+	return s, status("sum64", rc)
+}
+
+// ReadBandwidth measures, in bytes per second, how fast the library's
+// threads read memory: the best of five Sum64 passes over 256 MiB (in huge
+// pages where the system gives them, as the packed weights are).
+func (l *Lib) ReadBandwidth() (float64, error) {
+	const size = 256 << 20
+	owner := &Packed{}
+	b := allocPacked(size, owner)
+	w := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), size/8)
+	for i := range w {
+		w[i] = uint64(i)
+	}
+	best := 0.0
+	for range 5 {
+		t0 := time.Now()
+		if _, err := l.Sum64(w); err != nil {
+			return 0, err
+		}
+		best = max(best, size/time.Since(t0).Seconds())
+	}
+	runtime.KeepAlive(owner)
+	return best, nil
 }

@@ -66,6 +66,7 @@ type Lib struct {
 	swiglu        func(unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int64) int32
 	add           func(unsafe.Pointer, unsafe.Pointer, int64) int32
 	kvWrite       func(unsafe.Pointer, int32, int64, unsafe.Pointer, unsafe.Pointer) int32
+	sum64         func(unsafe.Pointer, int64, unsafe.Pointer) int32
 	attention     func(unsafe.Pointer, unsafe.Pointer, int32, int64, int32, int32, int32, int32, float32, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer) int32
 }
 
@@ -146,6 +147,7 @@ func open(file string) (l *Lib, err error) {
 		{&l.add, "kvs_add"},
 		{&l.kvWrite, "kvs_kv_write"},
 		{&l.attention, "kvs_attention"},
+		{&l.sum64, "kvs_sum64"},
 	}
 	// The version first: a library of another version may lack the rest.
 	for i, s := range syms {

@@ -158,3 +158,33 @@ func TestThreadsGiveTheSameBits(t *testing.T) {
 		}
 	}
 }
+
+// TestSum64 checks the read probe's sum against Go's on every path, at
+// lengths around its 32-word loops and its split, on 1 to 3 threads.
+func TestSum64(t *testing.T) {
+	l := loadLib(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	w := make([]uint64, 1<<17+37)
+	for i := range w {
+		w[i] = r.Uint64()
+	}
+	eachPath(t, l, func(t *testing.T) {
+		for _, n := range []int{0, 1, 7, 31, 32, 33, 100003, len(w)} {
+			var want uint64
+			for _, v := range w[:n] {
+				want += v
+			}
+			for _, th := range []int{1, 2, 3} {
+				withThreads(th, func() {
+					got, err := l.Sum64(w[:n])
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got != want {
+						t.Fatalf("%d words, %d threads: sum %#x, want %#x", n, th, got, want)
+					}
+				})
+			}
+		}
+	})
+}
