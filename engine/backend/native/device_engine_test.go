@@ -15,7 +15,8 @@ import (
 // TestDeviceEngine runs the engine on the device backend (the built-in
 // demo model): a request generates through device caches, a K/V precision
 // the device refuses fails engine.New and Reconfigure with the reason, and
-// the engine keeps running after a refused Reconfigure.
+// the engine keeps running after a refused Reconfigure. Int8 keys, which a
+// device stores per token (rowKeys), generate too.
 func TestDeviceEngine(t *testing.T) {
 	d := hostDevice(t)
 	f, err := synth.Open(synth.Demo, 1)
@@ -34,18 +35,30 @@ func TestDeviceEngine(t *testing.T) {
 	if err := m.Use(d); err != nil {
 		t.Fatal(err)
 	}
+	if d.host() {
+		// The CPU library stores every precision: give the host device
+		// the CUDA library's answer for fp8 (kvs_kv_supported), so that
+		// the refusal path runs here too.
+		lib := d.d.kvSupported
+		d.d.kvSupported = func(p, key int32) int32 {
+			if p == int32(kvstore.FP8) {
+				return -1 // KVS_ERR_TYPE
+			}
+			return lib(p, key)
+		}
+	}
 	bad := engine.DefaultConfig()
-	bad.Cache.K, bad.Cache.V = kvstore.Int4, kvstore.Int4
-	if _, err := engine.New(m, tok, bad); err == nil || !strings.Contains(err.Error(), "int4 keys are refused") || !strings.Contains(err.Error(), "KIVI") {
-		t.Errorf("engine.New with int4 keys: %v, want the refusal with its reason", err)
+	bad.Cache.K, bad.Cache.V = kvstore.FP8, kvstore.FP8
+	if _, err := engine.New(m, tok, bad); err == nil || !strings.Contains(err.Error(), "fp8 keys are refused") || !strings.Contains(err.Error(), "stores keys as") {
+		t.Errorf("engine.New with fp8 keys: %v, want the refusal with its reason", err)
 	}
 	e, err := engine.New(m, tok, engine.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if err := e.Reconfigure(bad); err == nil || !strings.Contains(err.Error(), "int4 keys are refused") {
-		t.Errorf("Reconfigure to int4 keys: %v, want the refusal with its reason", err)
+	if err := e.Reconfigure(bad); err == nil || !strings.Contains(err.Error(), "fp8 keys are refused") {
+		t.Errorf("Reconfigure to fp8 keys: %v, want the refusal with its reason", err)
 	}
 	s, err := e.Submit(context.Background(), engine.Request{Prompt: "Once upon a time", MaxTokens: 8, IgnoreEOS: true})
 	if err != nil {
@@ -62,5 +75,28 @@ func TestDeviceEngine(t *testing.T) {
 	}
 	if tokens == 0 {
 		t.Error("no tokens generated on the device backend")
+	}
+	for _, p := range []kvstore.Precision{kvstore.Int8} {
+		cfg := engine.DefaultConfig()
+		cfg.Cache.K, cfg.Cache.V = p, p
+		if err := e.Reconfigure(cfg); err != nil {
+			t.Fatalf("Reconfigure to %s keys and values: %v", p, err)
+		}
+		s, err := e.Submit(context.Background(), engine.Request{Prompt: "Once upon a time", MaxTokens: 8, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for c := range s.C {
+			if c.Err != nil {
+				t.Fatalf("%s K/V: %v", p, c.Err)
+			}
+			if !c.Done {
+				n++
+			}
+		}
+		if n != 8 {
+			t.Errorf("%s K/V: %d tokens, want 8", p, n)
+		}
 	}
 }
