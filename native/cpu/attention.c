@@ -93,8 +93,10 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 			}
 #if defined(__AVX512F__)
 			if (D == 64 || D == 128 || D == 256) {
-				for (int h0 = 0; h0 < group; h0 += 1024 / D) {
-					int hn = group - h0 < 1024 / D ? group - h0 : 1024 / D;
+				/* H heads a pass: H*D/16 accumulators, 16 registers. */
+				const int H = D == 64 ? 4 : D == 128 ? 2 : 1;
+				for (int h0 = 0; h0 < group; h0 += H) {
+					int hn = group - h0 < H ? group - h0 : H;
 					const float *pw = scratch + (int64_t)h0 * m;
 					float *oh = og + (int64_t)h0 * D;
 					switch (D) {
