@@ -60,43 +60,35 @@ func TestDeviceEngine(t *testing.T) {
 	if err := e.Reconfigure(bad); err == nil || !strings.Contains(err.Error(), "fp8 keys are refused") {
 		t.Errorf("Reconfigure to fp8 keys: %v, want the refusal with its reason", err)
 	}
-	s, err := e.Submit(context.Background(), engine.Request{Prompt: "Once upon a time", MaxTokens: 8, IgnoreEOS: true})
+	if n := generate(t, e, 8); n != 8 {
+		t.Errorf("%d tokens generated on the device backend, want 8", n)
+	}
+	// Int8 keys, which a device stores per token (rowKeys).
+	cfg := engine.DefaultConfig()
+	cfg.Cache.K, cfg.Cache.V = kvstore.Int8, kvstore.Int8
+	if err := e.Reconfigure(cfg); err != nil {
+		t.Fatalf("Reconfigure to int8 keys and values: %v", err)
+	}
+	if n := generate(t, e, 8); n != 8 {
+		t.Errorf("int8 K/V: %d tokens generated, want 8", n)
+	}
+}
+
+// generate runs one request of n tokens on e and returns the tokens it got.
+func generate(t *testing.T, e *engine.Engine, n int) int {
+	t.Helper()
+	s, err := e.Submit(context.Background(), engine.Request{Prompt: "Once upon a time", MaxTokens: n, IgnoreEOS: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens := 0
+	got := 0
 	for c := range s.C {
 		if c.Err != nil {
 			t.Fatal(c.Err)
 		}
 		if !c.Done {
-			tokens++
+			got++
 		}
 	}
-	if tokens == 0 {
-		t.Error("no tokens generated on the device backend")
-	}
-	for _, p := range []kvstore.Precision{kvstore.Int8} {
-		cfg := engine.DefaultConfig()
-		cfg.Cache.K, cfg.Cache.V = p, p
-		if err := e.Reconfigure(cfg); err != nil {
-			t.Fatalf("Reconfigure to %s keys and values: %v", p, err)
-		}
-		s, err := e.Submit(context.Background(), engine.Request{Prompt: "Once upon a time", MaxTokens: 8, IgnoreEOS: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for c := range s.C {
-			if c.Err != nil {
-				t.Fatalf("%s K/V: %v", p, c.Err)
-			}
-			if !c.Done {
-				n++
-			}
-		}
-		if n != 8 {
-			t.Errorf("%s K/V: %d tokens, want 8", p, n)
-		}
-	}
+	return got
 }
