@@ -100,6 +100,7 @@ type serving struct {
 	model    string // the model served
 	stopping bool
 	why      string // why it stops, when not the user's choice
+	moved    bool   // it followed a reload: the line says so until it stops
 }
 
 // ServeHTTP hands a request to the server on the engine in use.
@@ -274,6 +275,10 @@ func (v *serveView) showRunning(sv *serving, n uint64, note string) {
 	if sv.key != "" {
 		note = " Clients must send the API key." + note
 	}
+	if sv.moved {
+		// Said with every count, so that a count does not wipe it.
+		note += " It moved to the reloaded model."
+	}
 	v.say(widget.SuccessImportance, fmt.Sprintf("Serving http://%s/v1 (model %s): %d %s served.%s",
 		sv.bound, sv.model, n, plural(int(n), "request", "requests"), note))
 }
@@ -337,7 +342,8 @@ func (v *serveView) moveTo(e *engine.Engine, l *loaded) {
 		defer cancel()
 		old.CancelAll(ctx) // its engine is closing
 	}()
-	v.showRunning(sv, sv.served(), " It moved to the reloaded model.")
+	sv.moved = true
+	v.showRunning(sv, sv.served(), "")
 }
 
 // close stops the server as the app closes (UI goroutine): the channel
