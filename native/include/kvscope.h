@@ -440,7 +440,9 @@ KVS_API int kvs_get_rows(uint32_t type, const void *w, int64_t rows, int64_t col
 
 /* kvs_kv_supported returns KVS_OK when the library writes, reads and attends
  * over K (key != 0) or V (key == 0) at precision prec, else KVS_ERR_TYPE.
- * No library takes int8/int4 keys through kvs_kv_write (see there). */
+ * No library takes int8/int4 key planes (key != 0, per channel) through
+ * kvs_kv_write (see there); the Go device backend stores int8 keys as a
+ * row plane (key == 0), as int8 values are. */
 KVS_API int kvs_kv_supported(int32_t prec, int32_t key);
 
 /* kvs_kv_read decodes the n rows at slots[i] of layer of plane p into
