@@ -98,8 +98,8 @@ func runSpeed(o speedOpts, out io.Writer) error {
 		dir = d
 	}
 	peer := findPeer(o.peer)
-	bw, how := readBandwidth()
-	measure := func() float64 { b, _ := readBandwidth(); return b }
+	measure, how := bandwidthProbe()
+	bw := measure()
 	fmt.Fprintf(out, "machine: %d threads; read bandwidth measured %.1f GB/s (%s; measured again before each round and after the last, the limits below use the best)\n", o.threads, bw/1e9, how)
 	_, note, err := native.Choose(o.backend)
 	if err != nil {
@@ -448,27 +448,28 @@ func weightBytes(m *model.Model) int64 {
 	return n
 }
 
-// readBandwidth measures how fast all threads together can read memory,
-// in bytes per second, summing a buffer much larger than the caches, and
+// bandwidthProbe returns a measure of how fast all threads together can
+// read memory, in bytes per second, summing a buffer much larger than the
+// caches (allocated once: the bench measures again between rounds), and
 // says with what: the native library's SIMD loads where it loads (Go's
 // scalar loop read 10 to 25% slower on the development machine, which put
 // llama.cpp's decode above the "limit"), else a Go loop.
-func readBandwidth() (float64, string) {
+func bandwidthProbe() (measure func() float64, how string) {
 	if l, err := native.Load(""); err == nil {
-		if bw, err := l.ReadBandwidth(); err == nil {
-			return bw, fmt.Sprintf("the native library's %s loads, best of 5 passes over 256 MiB", l.PathName(l.Path()))
-		}
+		p := l.NewReadProbe()
+		return func() float64 { bw, _ := p.Measure(); return bw }, // Sum64 fails only on bad arguments
+			fmt.Sprintf("the native library's %s loads, best of 5 passes over 256 MiB", l.PathName(l.Path()))
 	}
-	return goReadBandwidth(), "a Go loop, best of 3 passes over 256 MiB"
-}
-
-// goReadBandwidth is readBandwidth without the native library.
-func goReadBandwidth() float64 {
-	const size = 256 << 20
-	buf := make([]uint64, size/8)
+	buf := make([]uint64, 256<<20/8)
 	for i := range buf {
 		buf[i] = uint64(i)
 	}
+	return func() float64 { return goReadBandwidth(buf) }, "a Go loop, best of 3 passes over 256 MiB"
+}
+
+// goReadBandwidth is bandwidthProbe's measure without the native library.
+func goReadBandwidth(buf []uint64) float64 {
+	size := 8 * len(buf)
 	workers := runtime.GOMAXPROCS(0)
 	best := 0.0
 	for range 3 {

@@ -319,25 +319,37 @@ func (l *Lib) Sum64(w []uint64) (uint64, error) {
 	return s, status("sum64", rc)
 }
 
-// ReadBandwidth measures, in bytes per second, how fast the library's
-// threads read memory: the best of five Sum64 passes over 256 MiB (in huge
-// pages where the system gives them, as the packed weights are).
-func (l *Lib) ReadBandwidth() (float64, error) {
+// ReadProbe is 256 MiB that Measure reads with the library's threads (in
+// huge pages where the system gives them, as the packed weights are),
+// filled once, so that a benchmark can measure again between its rounds.
+type ReadProbe struct {
+	l     *Lib
+	w     []uint64
+	owner *Packed // unmaps w once the probe is unreachable
+}
+
+// NewReadProbe allocates and fills a ReadProbe.
+func (l *Lib) NewReadProbe() *ReadProbe {
 	const size = 256 << 20
-	owner := &Packed{}
-	b := allocPacked(size, owner)
-	w := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), size/8)
-	for i := range w {
-		w[i] = uint64(i)
+	p := &ReadProbe{l: l, owner: &Packed{}}
+	b := allocPacked(size, p.owner)
+	p.w = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), size/8)
+	for i := range p.w {
+		p.w[i] = uint64(i)
 	}
+	return p
+}
+
+// Measure returns, in bytes per second, how fast the library's threads
+// read memory: the best of five Sum64 passes over the probe.
+func (p *ReadProbe) Measure() (float64, error) {
 	best := 0.0
 	for range 5 {
 		t0 := time.Now()
-		if _, err := l.Sum64(w); err != nil {
+		if _, err := p.l.Sum64(p.w); err != nil {
 			return 0, err
 		}
-		best = max(best, size/time.Since(t0).Seconds())
+		best = max(best, float64(8*len(p.w))/time.Since(t0).Seconds())
 	}
-	runtime.KeepAlive(owner)
 	return best, nil
 }
