@@ -75,8 +75,8 @@ build: deps
 run: build $(NATIVE_LIB)
 	./$(BIN) $(if $(wildcard $(MODEL)),-m $(MODEL))
 
-# test: vet, the whole suite under the race detector, and a few seconds of
-# fuzzing the GGUF reader.
+# test: vet, the whole suite under the race detector, a few seconds of
+# fuzzing the GGUF reader, and the openai client test (test-openai).
 test: deps $(NATIVE_LIB)
 	$(GO) vet ./...
 	$(GO) test -race ./...
