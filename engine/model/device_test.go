@@ -260,9 +260,11 @@ func TestDeviceBackend(t *testing.T) {
 	t.Run("SwapAndCopy", func(t *testing.T) {
 		// A block saved, loaded into another block and copied (swap and
 		// copy on write through kvcache.Storage) gives the same logits.
+		// The copied block is partly filled: with int8/int4 keys its
+		// key group is still at f16 in a residual slot.
 		m := loadOn(t, be, "models/stories260K.gguf")
-		ids := testshared.IDs(t, testshared.Path(t, "reference/stories260K-textA.ids"))[:24]
-		for _, p := range []kvstore.Precision{kvstore.F16, kvstore.Q8_0} {
+		ids := testshared.IDs(t, testshared.Path(t, "reference/stories260K-textA.ids"))[:20]
+		for _, p := range []kvstore.Precision{kvstore.F16, kvstore.Q8_0, kvstore.Int8, kvstore.Int4} {
 			kv, err := m.NewCache(m.CacheConfig(8, 8, p, p))
 			if err != nil {
 				t.Fatal(err)
@@ -289,32 +291,42 @@ func TestDeviceBackend(t *testing.T) {
 
 	t.Run("ShiftKeys", func(t *testing.T) {
 		// Keys shifted on the device (ReadKV, RoPE, WriteKV) give the
-		// logits that the Go backend gives after the same shift.
+		// logits that the Go backend gives after the same shift: within
+		// 1e-3 of std with f16 keys. With int4 keys the bound is 1e-2:
+		// the device quantizes each rewritten key group once, where the
+		// Go store quantizes a full group again at each row it takes.
 		ids := testshared.IDs(t, testshared.Path(t, "reference/stories260K-textA.ids"))[:12]
-		var out [2][][]float32
-		for i, b := range []backend.Backend{be, backend.Go()} {
-			m := loadOn(t, b, "models/stories260K.gguf")
-			kv, blocks := devSeq(t, m, 4, 32, kvstore.F16, kvstore.F16)
-			devForward(t, m, kv, blocks, ids, 0)
-			m.ShiftKeys(kv, blocks, 4, 12, -3)
-			out[i] = devForward(t, m, kv, blocks, []int{ids[0]}, 12)
-		}
-		rms, _, err := testshared.Compare(out[0], out[1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("after a shift: RMS %.3g of std from the Go backend", rms)
-		if rms > 1e-3 {
-			t.Errorf("after shifting keys the logits differ by %.3g of std from the Go backend's", rms)
+		for _, tc := range []struct {
+			k      kvstore.Precision
+			maxRMS float64
+		}{{kvstore.F16, 1e-3}, {kvstore.Int4, 1e-2}} {
+			var out [2][][]float32
+			for i, b := range []backend.Backend{be, backend.Go()} {
+				m := loadOn(t, b, "models/stories260K.gguf")
+				kv, blocks := devSeq(t, m, 4, 32, tc.k, kvstore.F16)
+				devForward(t, m, kv, blocks, ids, 0)
+				m.ShiftKeys(kv, blocks, 4, 12, -3)
+				out[i] = devForward(t, m, kv, blocks, []int{ids[0]}, 12)
+			}
+			rms, _, err := testshared.Compare(out[0], out[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s keys, after a shift: RMS %.3g of std from the Go backend", tc.k, rms)
+			if rms > tc.maxRMS {
+				t.Errorf("%s keys: after shifting keys the logits differ by %.3g of std from the Go backend's (want ≤ %g)", tc.k, rms, tc.maxRMS)
+			}
 		}
 	})
 
-	t.Run("Int8Keys", func(t *testing.T) {
-		// A device stores int8 keys per token (native's rowKeys), the Go
-		// store per channel (KIVI). Over 24 positions of stories260K the
-		// device's logits stay within q8_0 K/V's distance from f16 (mean
-		// KL 0.0018 in kvscope bench cache); int4 keys are refused, with
-		// the reason.
+	t.Run("QuantizedKeys", func(t *testing.T) {
+		// A device stores int8 and int4 keys as the Go store does, per
+		// channel across key groups (KIVI), with the group being filled
+		// at f16. Over 24 positions of stories260K at block size 4 (key
+		// groups of 4) the device's logits stay within
+		// TestCachePrecisionKL's bounds from f16 K/V (mean KL 2e-4 for
+		// int8, 3e-2 for int4), and within 1e-3 of std of the Go
+		// backend's at the same precisions.
 		ids := testshared.IDs(t, testshared.Path(t, "reference/stories260K-textA.ids"))[:24]
 		logits := func(b backend.Backend, k, v kvstore.Precision) [][]float32 {
 			m := loadOn(t, b, "models/stories260K.gguf")
@@ -322,20 +334,23 @@ func TestDeviceBackend(t *testing.T) {
 			return devForward(t, m, kv, blocks, ids, 0)
 		}
 		ref := logits(backend.Go(), kvstore.F16, kvstore.F16)
-		rms, kl, err := testshared.Compare(logits(be, kvstore.Int8, kvstore.Int8), ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("int8 K/V on the device, from f16: RMS %.3g of std, mean KL %.3g", rms, kl)
-		if kl > 0.0018 || rms > 0.05 {
-			t.Errorf("int8 K/V on the device: RMS %.3g of std and mean KL %.3g from f16, want within q8_0's (KL 0.0018)", rms, kl)
-		}
-		m := loadOn(t, be, "models/stories260K.gguf")
-		if _, err := m.NewCache(m.CacheConfig(16, 4, kvstore.Int4, kvstore.Int4)); err == nil || !strings.Contains(err.Error(), "int4 keys") || !strings.Contains(err.Error(), "per-channel") {
-			t.Errorf("int4 keys: %v, want a refusal saying why", err)
-		}
-		if _, err := m.NewCache(m.CacheConfig(16, 4, kvstore.Int8, kvstore.Int4)); err != nil {
-			t.Errorf("int8 keys, int4 values: %v", err)
+		for _, tc := range []struct {
+			p     kvstore.Precision
+			maxKL float64
+		}{{kvstore.Int8, 2e-4}, {kvstore.Int4, 3e-2}} {
+			got := logits(be, tc.p, tc.p)
+			rms, kl, err := testshared.Compare(got, ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			grms, _, err := testshared.Compare(got, logits(backend.Go(), tc.p, tc.p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s K/V on the device: from f16 RMS %.3g of std, mean KL %.3g; from the Go backend's RMS %.3g", tc.p, rms, kl, grms)
+			if kl > tc.maxKL || grms > 1e-3 {
+				t.Errorf("%s K/V on the device: mean KL %.3g from f16 (want ≤ %g), RMS %.3g of std from the Go backend's (want ≤ 1e-3)", tc.p, kl, tc.maxKL, grms)
+			}
 		}
 	})
 }

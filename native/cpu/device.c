@@ -112,15 +112,15 @@ int kvs_get_rows(uint32_t type, const void *w, int64_t rows, int64_t cols, const
 /* -------------------------------------------------------------- paged K/V */
 
 int kvs_kv_supported(int32_t prec, int32_t key) {
-	if (prec < KVS_KV_F32 || prec > KVS_KV_FP8) return KVS_ERR_TYPE;
-	if (key && (prec == KVS_KV_INT8 || prec == KVS_KV_INT4)) return KVS_ERR_TYPE;
-	return KVS_OK;
+	(void)key;
+	return prec < KVS_KV_F32 || prec > KVS_KV_FP8 ? KVS_ERR_TYPE : KVS_OK;
 }
 
-int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, float *rows) {
-	if (!kvs_plane_ok(p) || layer < 0 || layer >= p->layers || n < 0 || (n > 0 && (!slots || !rows)))
+int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, float *rows,
+                const uint8_t *const *resid) {
+	if (!kvs_plane_ok(p) || layer < 0 || layer >= p->layers || n < 0 || (n > 0 && (!slots || !rows)) ||
+	    (p->key && n > 0 && !resid))
 		return KVS_ERR_ARG;
-	if (p->key) return KVS_ERR_TYPE;
 	int64_t total = (int64_t)p->blocks * p->block_size, D = p->head_dim;
 	for (int64_t i = 0; i < n; i++)
 		if (slots[i] < 0 || slots[i] >= total) return KVS_ERR_ARG;
@@ -129,7 +129,7 @@ int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const in
 	for (int64_t i = 0; i < n; i++) {
 		int64_t lb = (int64_t)layer * p->blocks + slots[i] / p->block_size;
 		for (int h = 0; h < p->kv_heads; h++)
-			kvs_decode_row(p, lb, h, slots[i] % p->block_size, NULL, fp8, rows + (i * p->kv_heads + h) * D);
+			kvs_decode_row(p, lb, h, slots[i] % p->block_size, p->key ? resid[i] : NULL, fp8, rows + (i * p->kv_heads + h) * D);
 	}
 	return KVS_OK;
 }
@@ -146,7 +146,6 @@ static int64_t elem_bytes(const struct kvs_kv_plane *p) {
 
 int kvs_kv_copy_block(const struct kvs_kv_plane *p, int32_t dst, int32_t src) {
 	if (!kvs_plane_ok(p) || dst < 0 || dst >= p->blocks || src < 0 || src >= p->blocks) return KVS_ERR_ARG;
-	if (p->key) return KVS_ERR_TYPE;
 	if (dst == src) return KVS_OK;
 	int64_t db = p->data_per_block * elem_bytes(p), sb = p->scales_per_block;
 	for (int64_t l = 0; l < p->layers; l++) {

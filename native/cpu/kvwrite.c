@@ -113,14 +113,134 @@ static void write_row(const struct kvs_kv_plane *p, int32_t layer, int32_t block
 	}
 }
 
-int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, const float *rows) {
-	if (!kvs_plane_ok(p) || layer < 0 || layer >= p->layers || n < 0 || (n > 0 && (!slots || !rows)))
+/* key_index returns the index in data of head h, slot t's row of
+ * layer-block lb of a key plane. */
+static int64_t key_index(const struct kvs_kv_plane *p, int64_t lb, int h, int t) {
+	return lb * p->data_per_block + (int64_t)(h * p->block_size + t) * p->row_bytes;
+}
+
+/* put_resid stores f16 bits f of head h, token tg of its group, dim d in
+ * residual slot r (int8: the high byte there, the low byte in the token's
+ * data row drow). */
+static void put_resid(const struct kvs_kv_plane *p, uint8_t *r, uint8_t *drow, int h, int tg, int d, uint16_t f) {
+	int64_t ri = (int64_t)(h * p->group + tg) * p->head_dim + d;
+	if (p->prec == KVS_KV_INT8) {
+		r[ri] = (uint8_t)(f >> 8);
+		drow[d] = (uint8_t)f;
+	} else {
+		r[2 * ri] = (uint8_t)f;
+		r[2 * ri + 1] = (uint8_t)(f >> 8);
+	}
+}
+
+/* get_resid is put_resid's inverse: the f16 value as a float. */
+static float get_resid(const struct kvs_kv_plane *p, const uint8_t *r, const uint8_t *drow, int h, int tg, int d) {
+	int64_t ri = (int64_t)(h * p->group + tg) * p->head_dim + d;
+	if (p->prec == KVS_KV_INT8) return kvs_h2f((uint16_t)(r[ri] << 8 | drow[d]));
+	return kvs_h2f((uint16_t)(r[2 * ri] | r[2 * ri + 1] << 8));
+}
+
+/* write_key stores row x of slot t of layer-block lb in its key group's
+ * residual slot r. */
+static void write_key(const struct kvs_kv_plane *p, int64_t lb, int t, const float *x, uint8_t *r) {
+	int D = p->head_dim, tg = t % p->group;
+	for (int h = 0; h < p->kv_heads; h++) {
+		uint8_t *drow = (uint8_t *)p->data + key_index(p, lb, h, t);
+		for (int d = 0; d < D; d++) put_resid(p, r, drow, h, tg, d, kvs_f2h(x[h * D + d]));
+	}
+}
+
+int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, const float *rows,
+                 uint8_t *const *resid) {
+	if (!kvs_plane_ok(p) || layer < 0 || layer >= p->layers || n < 0 || (n > 0 && (!slots || !rows)) ||
+	    (p->key && n > 0 && !resid))
 		return KVS_ERR_ARG;
-	if (p->key) return KVS_ERR_TYPE;
 	int64_t total = (int64_t)p->blocks * p->block_size, row = (int64_t)p->kv_heads * p->head_dim;
 	for (int64_t i = 0; i < n; i++)
-		if (slots[i] < 0 || slots[i] >= total) return KVS_ERR_ARG;
+		if (slots[i] < 0 || slots[i] >= total || (p->key && !resid[i])) return KVS_ERR_ARG;
+	for (int64_t i = 0; i < n; i++) {
+		int32_t b = slots[i] / p->block_size, t = slots[i] % p->block_size;
+		if (p->key) write_key(p, (int64_t)layer * p->blocks + b, t, rows + i * row, resid[i]);
+		else write_row(p, layer, b, t, rows + i * row);
+	}
+	return KVS_OK;
+}
+
+/* go_min and go_max are Go's min and max of two floats: NaN wins, and -0
+ * is below +0 (engine/kvstore takes a group's range with them). */
+static float go_min(float a, float b) {
+	if (a != a || b != b) return a != a ? a : b;
+	if (a == b) return signbit(a) ? a : b;
+	return a < b ? a : b;
+}
+
+static float go_max(float a, float b) {
+	if (a != a || b != b) return a != a ? a : b;
+	if (a == b) return signbit(a) ? b : a;
+	return a > b ? a : b;
+}
+
+/* key_groups checks a kvs_key_quantize or kvs_key_dequantize call. */
+static int key_groups(const struct kvs_kv_plane *p, int64_t n, const int64_t *groups, uint8_t *const *resid) {
+	if (!kvs_plane_ok(p) || n < 0 || (n > 0 && (!groups || !resid))) return KVS_ERR_ARG;
+	if (!p->key) return KVS_ERR_TYPE;
 	for (int64_t i = 0; i < n; i++)
-		write_row(p, layer, slots[i] / p->block_size, slots[i] % p->block_size, rows + i * row);
+		if (groups[i] < 0 || groups[i] >= (int64_t)p->layers * p->blocks * p->groups || !resid[i]) return KVS_ERR_ARG;
+	return KVS_OK;
+}
+
+int kvs_key_quantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *groups, uint8_t *const *resid) {
+	int rc = key_groups(p, n, groups, resid);
+	if (rc != KVS_OK) return rc;
+	int D = p->head_dim, G = p->group;
+	float qm = p->prec == KVS_KV_INT4 ? 15 : 255;
+	uint16_t *scale = (uint16_t *)p->scale, *zero = (uint16_t *)p->zero;
+	for (int64_t i = 0; i < n; i++) {
+		int64_t lb = groups[i] / p->groups;
+		int g = (int)(groups[i] % p->groups), lo = g * G, gn = p->block_size - lo < G ? p->block_size - lo : G;
+		const uint8_t *r = resid[i];
+		for (int h = 0; h < p->kv_heads; h++) {
+			int64_t si = lb * p->scales_per_block + (int64_t)(h * p->groups + g) * D;
+			for (int d = 0; d < D; d++) {
+				float mn = get_resid(p, r, (uint8_t *)p->data + key_index(p, lb, h, lo), h, 0, d), mx = mn;
+				for (int tg = 1; tg < gn; tg++) {
+					float v = get_resid(p, r, (uint8_t *)p->data + key_index(p, lb, h, lo + tg), h, tg, d);
+					mn = go_min(mn, v), mx = go_max(mx, v);
+				}
+				uint16_t sc = f16_finite((mx - mn) / qm), zp = f16_finite(mn);
+				scale[si + d] = sc, zero[si + d] = zp;
+				float s = kvs_h2f(sc), m = kvs_h2f(zp), id = s != 0 ? 1 / s : 0;
+				/* Each token's value is read before its byte is overwritten. */
+				for (int tg = 0; tg < gn; tg++) {
+					uint8_t *drow = (uint8_t *)p->data + key_index(p, lb, h, lo + tg);
+					uint8_t q = round_unsigned((get_resid(p, r, drow, h, tg, d) - m) * id, qm);
+					if (p->prec == KVS_KV_INT8) {
+						drow[d] = q;
+					} else {
+						uint8_t sh = (uint8_t)((d & 1) * 4);
+						drow[d >> 1] = (uint8_t)((drow[d >> 1] & ~(0xf << sh)) | q << sh);
+					}
+				}
+			}
+		}
+	}
+	return KVS_OK;
+}
+
+int kvs_key_dequantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *groups, uint8_t *const *resid) {
+	int rc = key_groups(p, n, groups, resid);
+	if (rc != KVS_OK) return rc;
+	int D = p->head_dim, G = p->group;
+	float row[KVS_MAX_HEAD_DIM];
+	for (int64_t i = 0; i < n; i++) {
+		int64_t lb = groups[i] / p->groups;
+		int g = (int)(groups[i] % p->groups), lo = g * G, gn = p->block_size - lo < G ? p->block_size - lo : G;
+		for (int h = 0; h < p->kv_heads; h++)
+			for (int tg = 0; tg < gn; tg++) {
+				kvs_decode_row(p, lb, h, lo + tg, NULL, NULL, row);
+				uint8_t *drow = (uint8_t *)p->data + key_index(p, lb, h, lo + tg);
+				for (int d = 0; d < D; d++) put_resid(p, resid[i], drow, h, tg, d, kvs_f2h(row[d]));
+			}
+	}
 	return KVS_OK;
 }

@@ -37,8 +37,9 @@ __device__ __forceinline__ void attended(int32_t n_pos, int32_t window, int *fir
 __global__ void attn_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, int32_t layer, int32_t heads, int32_t head0,
                             int32_t G, int32_t window, float scale, const float *__restrict__ q,
                             const int32_t *__restrict__ n_pos, const int32_t *__restrict__ tables,
-                            const int64_t *__restrict__ table_off, float *__restrict__ wmax, float *__restrict__ wsum,
-                            float *__restrict__ wacc, float *__restrict__ out) {
+                            const int64_t *__restrict__ table_off, const uint8_t *const *__restrict__ k_resid,
+                            float *__restrict__ wmax, float *__restrict__ wsum, float *__restrict__ wacc,
+                            float *__restrict__ out) {
 	extern __shared__ float sm[];
 	const int D = K.head_dim, B = K.block_size;
 	const int64_t r = blockIdx.x;
@@ -64,13 +65,14 @@ __global__ void attn_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, int32_
 			int t = p0 + i, blk = table[t / B];
 			bool ok = blk >= 0 && blk < K.blocks;
 			int64_t lb = (int64_t)layer * K.blocks + blk;
+			const uint8_t *rz = K.key && ok ? k_resid[(table_off[r] + t / B) * K.groups + (t % B) / K.group] : NULL;
 			for (int g0 = 0; g0 < G; g0 += HCHUNK) {
 				float a[HCHUNK];
 #pragma unroll
 				for (int k = 0; k < HCHUNK; k++) a[k] = 0;
 				if (ok)
 					for (int d = lane; d < D; d += KVS_WARP) {
-						float kv = kv_value(K, lb, kvh, t % B, d);
+						float kv = key_value(K, lb, kvh, t % B, d, rz);
 #pragma unroll
 						for (int k = 0; k < HCHUNK; k++)
 							if (g0 + k < G) a[k] += qs[(g0 + k) * D + d] * kv;
@@ -154,8 +156,9 @@ __global__ void attn_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, int32_
 __global__ void attn_tile_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, int32_t layer, int32_t heads, int32_t head0,
                                  int32_t G, int32_t window, float scale, const float *__restrict__ q,
                                  const int32_t *__restrict__ n_pos, const int32_t *__restrict__ tables,
-                                 const int64_t *__restrict__ table_off, float *__restrict__ wmax, float *__restrict__ wsum,
-                                 float *__restrict__ wacc, float *__restrict__ out, int64_t n, int R) {
+                                 const int64_t *__restrict__ table_off, const uint8_t *const *__restrict__ k_resid,
+                                 float *__restrict__ wmax, float *__restrict__ wsum, float *__restrict__ wacc,
+                                 float *__restrict__ out, int64_t n, int R) {
 	extern __shared__ float sm[];
 	const int D = K.head_dim, B = K.block_size, RG = R * G;
 	const int kvh = head0 / G + blockIdx.y, h0 = kvh * G;
@@ -196,7 +199,8 @@ __global__ void attn_tile_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, i
 				for (int e = tid; e < cn * D; e += blockDim.x) {
 					int i = e / D, d = e % D, t = p0 + c + i, blk = table[t / B];
 					bool ok = blk >= 0 && blk < K.blocks;
-					kt[e] = ok ? kv_value(K, (int64_t)layer * K.blocks + blk, kvh, t % B, d) : 0.0f;
+					const uint8_t *rz = K.key && ok ? k_resid[(off0 + t / B) * K.groups + (t % B) / K.group] : NULL;
+					kt[e] = ok ? key_value(K, (int64_t)layer * K.blocks + blk, kvh, t % B, d, rz) : 0.0f;
 					if (d == 0) okf[i] = ok;
 				}
 				__syncthreads();
@@ -363,11 +367,10 @@ KVS_EXPORT int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_p
                              int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q,
                              const int32_t *n_pos, const int32_t *tables, const int64_t *table_off,
                              const uint8_t *const *k_resid, float *scratch, float *out) {
-	(void)k_resid; /* only int8/int4 keys have residuals, and they are refused */
 	int rc = kvs_plane_check(k);
 	if (rc == KVS_OK) rc = kvs_plane_check(v);
 	if (rc != KVS_OK) return rc;
-	if (k->key || v->key) return KVS_ERR_TYPE;
+	if (v->key || (k->key && n > 0 && !k_resid)) return KVS_ERR_ARG;
 	if (k->layers != v->layers || k->blocks != v->blocks || k->block_size != v->block_size ||
 	    k->kv_heads != v->kv_heads || k->head_dim != v->head_dim || layer < 0 || layer >= k->layers || n < 0 ||
 	    n > 0x7fffffff || heads < 1 || heads % k->kv_heads || window < 0)
@@ -403,10 +406,10 @@ KVS_EXPORT int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_p
 		}
 		dim3 tg((unsigned)((n + R - 1) / R), (unsigned)((head1 - head0) / G));
 		attn_tile_kernel<<<tg, TILE_THREADS, ts, st>>>(*k, *v, layer, heads, head0, G, window, scale, q, n_pos, tables,
-		                                               table_off, wmax, wsum, wacc, out, n, R);
+		                                               table_off, k_resid, wmax, wsum, wacc, out, n, R);
 	} else {
 		attn_kernel<<<grid, ATT_THREADS, smem, st>>>(*k, *v, layer, heads, head0, G, window, scale, q, n_pos, tables,
-		                                             table_off, wmax, wsum, wacc, out);
+		                                             table_off, k_resid, wmax, wsum, wacc, out);
 	}
 	if ((rc = kvs_launched("attention")) != KVS_OK || !scratch) return rc;
 	reduce_kernel<<<dim3((unsigned)n, (unsigned)(head1 - head0)), ATT_THREADS, 0, st>>>(heads, head0, k->head_dim, window, n_pos,

@@ -55,10 +55,10 @@ step() {
 }
 
 echo "== parity: device operations against the Go backend"
-step '^(--- |    |ok)' go test -count=1 -run 'TestDeviceOps|TestDeviceErrors|TestDeviceEngine|TestDeviceAttentionInvariance|TestChoose' -v ./engine/backend/native/
+step '^(--- |    |ok)' go test -count=1 -run 'TestDeviceOps|TestDeviceErrors|TestDeviceEngine|TestDeviceKeyGroups|TestDeviceAttentionInvariance|TestChoose' -v ./engine/backend/native/
 
 echo "== parity: the model on the CUDA backend"
-step 'parity-|textA|after a shift|from Go|int8 K/V|fallbacks|cuda on|^(--- FAIL|ok)' go test -count=1 -run 'TestDeviceBackend|TestNativeWideGroups' -v ./engine/model/
+step 'parity-|textA|after a shift|from Go|K/V on the device|fallbacks|cuda on|^(--- FAIL|ok)' go test -count=1 -run 'TestDeviceBackend|TestNativeWideGroups' -v ./engine/model/
 
 echo "== kernels: achieved bandwidth beside the copy bandwidth"
 step 'GB/s|cuda on' env KVSCOPE_DEVICE_BENCH=1 go test -count=1 -run 'TestDeviceBandwidth' -v ./engine/backend/native/

@@ -1,8 +1,7 @@
 /* kv.cu: K/V rows in device blocks, in engine/kvstore's layouts (kvscope.h,
  * struct kvs_kv_plane): writes with the store's rounding, reads, block
- * copies. The CUDA library stores f16, q8_0, int8 and int4 (int8/int4 for
- * values only: keys at those precisions are quantized per channel across a
- * group of tokens by the Go store, KIVI, which this library does not do). */
+ * copies, and the quantization of int8/int4 key groups from their f16
+ * residual slots (KIVI). The CUDA library stores f16, q8_0, int8 and int4. */
 #include "common.cuh"
 #include "kv.cuh"
 
@@ -11,8 +10,9 @@ KVS_EXPORT int kvs_kv_supported(int32_t prec, int32_t key) {
 	case KVS_KV_F16:
 	case KVS_KV_Q8_0: return KVS_OK;
 	case KVS_KV_INT8:
-	case KVS_KV_INT4: return key ? KVS_ERR_TYPE : KVS_OK;
+	case KVS_KV_INT4: return KVS_OK;
 	}
+	(void)key;
 	return KVS_ERR_TYPE;
 }
 
@@ -24,6 +24,14 @@ int kvs_plane_check(const struct kvs_kv_plane *p) {
 		return KVS_ERR_ARG;
 	if (kvs_kv_supported(p->prec, p->key) != KVS_OK) return KVS_ERR_TYPE;
 	int64_t row = (int64_t)p->kv_heads * p->head_dim;
+	if (p->key && p->prec != KVS_KV_INT8 && p->prec != KVS_KV_INT4) return KVS_ERR_ARG;
+	if (p->key)
+		return p->group >= 1 && p->groups == (p->block_size + p->group - 1) / p->group && p->scale && p->zero &&
+		               p->row_bytes >= (p->prec == KVS_KV_INT8 ? p->head_dim : (p->head_dim + 1) / 2) &&
+		               p->data_per_block >= (int64_t)p->row_bytes * p->kv_heads * p->block_size &&
+		               p->scales_per_block >= (int64_t)p->kv_heads * p->groups * p->head_dim
+		           ? KVS_OK
+		           : KVS_ERR_ARG;
 	if (p->prec == KVS_KV_F16) return p->data_per_block == row * p->block_size ? KVS_OK : KVS_ERR_ARG;
 	if (p->group < 1 || p->groups != (row + p->group - 1) / p->group || !p->scale || p->row_bytes < 1 ||
 	    p->data_per_block < (int64_t)p->row_bytes * p->kv_heads * p->block_size ||
@@ -52,13 +60,31 @@ __device__ __forceinline__ int round_unsigned(float v, float lim) {
 /* write_kernel: one block per row. Quantized planes first compute every
  * group's scale (and zero) into shared memory, one warp a group, then
  * each thread stores whole bytes (int4: both nibbles of a byte). */
-__global__ void write_kernel(struct kvs_kv_plane p, int32_t layer, const int32_t *slots, const float *rows) {
+__global__ void write_kernel(struct kvs_kv_plane p, int32_t layer, const int32_t *slots, const float *rows,
+                             uint8_t *const *resid) {
 	extern __shared__ float sh[]; /* per group: inverse scale, zero */
 	int64_t i = blockIdx.x, slot = slots[i], total = (int64_t)p.blocks * p.block_size;
 	if (slot < 0 || slot >= total) return;
 	int D = p.head_dim, B = p.block_size, H = p.kv_heads, row = H * D;
 	int64_t lb = (int64_t)layer * p.blocks + slot / B, t = slot % B;
 	const float *x = rows + i * row;
+	if (p.key) { /* int8/int4 keys: the row at f16 into its group's residual slot */
+		uint8_t *r = resid[i];
+		if (!r) return;
+		int tg = (int)(t % p.group);
+		for (int e = threadIdx.x; e < row; e += blockDim.x) {
+			int h = e / D, d = e % D;
+			uint16_t f = f2h(x[e]);
+			int64_t ri = (int64_t)(h * p.group + tg) * D + d;
+			if (p.prec == KVS_KV_INT8) {
+				r[ri] = (uint8_t)(f >> 8);
+				((uint8_t *)p.data)[lb * p.data_per_block + ((int64_t)h * B + t) * p.row_bytes + d] = (uint8_t)f;
+			} else {
+				r[2 * ri] = (uint8_t)f, r[2 * ri + 1] = (uint8_t)(f >> 8);
+			}
+		}
+		return;
+	}
 	if (p.prec == KVS_KV_F16) {
 		uint16_t *data = (uint16_t *)p.data;
 		for (int e = threadIdx.x; e < row; e += blockDim.x)
@@ -115,43 +141,43 @@ __global__ void write_kernel(struct kvs_kv_plane p, int32_t layer, const int32_t
 }
 
 KVS_EXPORT int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots,
-                            const float *rows) {
-	if (p && p->key && (p->prec == KVS_KV_INT8 || p->prec == KVS_KV_INT4)) return KVS_ERR_TYPE;
+                            const float *rows, uint8_t *const *resid) {
 	int rc = kvs_plane_check(p);
 	if (rc != KVS_OK) return rc;
 	if (layer < 0 || layer >= p->layers || n < 0 || n > 0x7fffffff) return KVS_ERR_ARG;
 	if (n == 0) return KVS_OK;
-	if (!slots || !rows) return KVS_ERR_ARG;
-	size_t smem = p->prec == KVS_KV_F16 ? 0 : (size_t)p->groups * 2 * sizeof(float);
+	if (!slots || !rows || (p->key && !resid)) return KVS_ERR_ARG;
+	size_t smem = p->prec == KVS_KV_F16 || p->key ? 0 : (size_t)p->groups * 2 * sizeof(float);
 	if (smem > 48 * 1024) return KVS_ERR_ARG;
-	write_kernel<<<(unsigned)n, 256, smem, kvs_stream()>>>(*p, layer, slots, rows);
+	write_kernel<<<(unsigned)n, 256, smem, kvs_stream()>>>(*p, layer, slots, rows, resid);
 	return kvs_launched("K/V write");
 }
 
-__global__ void read_kernel(struct kvs_kv_plane p, int32_t layer, const int32_t *slots, float *rows) {
+__global__ void read_kernel(struct kvs_kv_plane p, int32_t layer, const int32_t *slots, float *rows,
+                            const uint8_t *const *resid) {
 	int64_t i = blockIdx.x, slot = slots[i], total = (int64_t)p.blocks * p.block_size;
 	int D = p.head_dim, row = p.kv_heads * D;
+	const uint8_t *r = p.key ? resid[i] : NULL;
 	for (int e = threadIdx.x; e < row; e += blockDim.x) {
 		float v = 0;
 		if (slot >= 0 && slot < total)
-			v = kv_value(p, (int64_t)layer * p.blocks + slot / p.block_size, e / D, (int)(slot % p.block_size), e % D);
+			v = key_value(p, (int64_t)layer * p.blocks + slot / p.block_size, e / D, (int)(slot % p.block_size), e % D, r);
 		rows[i * row + e] = v;
 	}
 }
 
-KVS_EXPORT int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, float *rows) {
-	if (p && p->key && (p->prec == KVS_KV_INT8 || p->prec == KVS_KV_INT4)) return KVS_ERR_TYPE;
+KVS_EXPORT int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, float *rows,
+                           const uint8_t *const *resid) {
 	int rc = kvs_plane_check(p);
 	if (rc != KVS_OK) return rc;
 	if (layer < 0 || layer >= p->layers || n < 0 || n > 0x7fffffff) return KVS_ERR_ARG;
 	if (n == 0) return KVS_OK;
-	if (!slots || !rows) return KVS_ERR_ARG;
-	read_kernel<<<(unsigned)n, 256, 0, kvs_stream()>>>(*p, layer, slots, rows);
+	if (!slots || !rows || (p->key && !resid)) return KVS_ERR_ARG;
+	read_kernel<<<(unsigned)n, 256, 0, kvs_stream()>>>(*p, layer, slots, rows, resid);
 	return kvs_launched("K/V read");
 }
 
 KVS_EXPORT int kvs_kv_copy_block(const struct kvs_kv_plane *p, int32_t dst, int32_t src) {
-	if (p && p->key && (p->prec == KVS_KV_INT8 || p->prec == KVS_KV_INT4)) return KVS_ERR_TYPE;
 	int rc = kvs_plane_check(p);
 	if (rc != KVS_OK) return rc;
 	if (dst < 0 || dst >= p->blocks || src < 0 || src >= p->blocks) return KVS_ERR_ARG;
@@ -169,4 +195,119 @@ KVS_EXPORT int kvs_kv_copy_block(const struct kvs_kv_plane *p, int32_t dst, int3
 		err = cudaMemcpy2DAsync((uint8_t *)p->zero + dst * sb, pitch * sb, (const uint8_t *)p->zero + src * sb,
 		                        pitch * sb, sb, p->layers, cudaMemcpyDeviceToDevice, st);
 	return err == cudaSuccess ? KVS_OK : kvs_record("K/V block copy", err);
+}
+
+/* key_span returns layer-block lb, first slot lo and token count gn of key
+ * group index gi (lb*groups + g). */
+__device__ __forceinline__ void key_span(const struct kvs_kv_plane &p, int64_t gi, int64_t *lb, int *g, int *lo, int *gn) {
+	*lb = gi / p.groups, *g = (int)(gi % p.groups), *lo = *g * p.group;
+	*gn = min(p.group, p.block_size - *lo);
+}
+
+/* go_min and go_max are Go's min and max of two floats: NaN wins, and -0
+ * is below +0 (engine/kvstore takes a group's range with them). */
+__device__ __forceinline__ float go_min(float a, float b) {
+	if (a != a || b != b) return a != a ? a : b;
+	if (a == b) return signbit(a) ? a : b;
+	return a < b ? a : b;
+}
+
+__device__ __forceinline__ float go_max(float a, float b) {
+	if (a != a || b != b) return a != a ? a : b;
+	if (a == b) return signbit(a) ? b : a;
+	return a > b ? a : b;
+}
+
+/* quantize_kernel: one thread block a key group, a thread a channel (int4:
+ * a pair of channels, whose nibbles share each byte). */
+__global__ void quantize_kernel(struct kvs_kv_plane p, const int64_t *groups, uint8_t *const *resid) {
+	int64_t gi = groups[blockIdx.x], lb;
+	int g, lo, gn;
+	if (gi < 0 || gi >= (int64_t)p.layers * p.blocks * p.groups) return;
+	key_span(p, gi, &lb, &g, &lo, &gn);
+	const uint8_t *r = resid[blockIdx.x];
+	if (!r) return;
+	int D = p.head_dim, per = p.prec == KVS_KV_INT4 ? 2 : 1, cols = (D + per - 1) / per;
+	float qm = p.prec == KVS_KV_INT4 ? 15 : 255;
+	uint8_t *data = (uint8_t *)p.data;
+	uint16_t *scale = (uint16_t *)p.scale, *zero = (uint16_t *)p.zero;
+	for (int e = threadIdx.x; e < p.kv_heads * cols; e += blockDim.x) {
+		int h = e / cols, c = e % cols;
+		int64_t si = lb * p.scales_per_block + ((int64_t)h * p.groups + g) * D;
+		float sc[2], zp[2], id[2];
+		for (int k = 0; k < per && c * per + k < D; k++) {
+			int d = c * per + k;
+			const uint8_t *drow = data + lb * p.data_per_block + ((int64_t)h * p.block_size + lo) * p.row_bytes;
+			float mn = h2f(resid_bits(p, r, drow, h, 0, d)), mx = mn;
+			for (int tg = 1; tg < gn; tg++) {
+				float v = h2f(resid_bits(p, r, drow + (int64_t)tg * p.row_bytes, h, tg, d));
+				mn = go_min(mn, v), mx = go_max(mx, v);
+			}
+			uint16_t s = f16_finite(__fdiv_rn(__fsub_rn(mx, mn), qm)), z = f16_finite(mn);
+			scale[si + d] = s, zero[si + d] = z;
+			sc[k] = h2f(s), zp[k] = h2f(z), id[k] = sc[k] != 0 ? __frcp_rn(sc[k]) : 0.0f;
+		}
+		for (int tg = 0; tg < gn; tg++) {
+			uint8_t *drow = data + lb * p.data_per_block + ((int64_t)h * p.block_size + lo + tg) * p.row_bytes;
+			if (p.prec == KVS_KV_INT8) {
+				float v = h2f(resid_bits(p, r, drow, h, tg, c));
+				drow[c] = (uint8_t)round_unsigned(__fmul_rn(__fsub_rn(v, zp[0]), id[0]), qm);
+				continue;
+			}
+			uint8_t byte = drow[c];
+			for (int k = 0; k < 2 && 2 * c + k < D; k++) {
+				float v = h2f(resid_bits(p, r, drow, h, tg, 2 * c + k));
+				uint8_t q = (uint8_t)round_unsigned(__fmul_rn(__fsub_rn(v, zp[k]), id[k]), qm);
+				byte = (uint8_t)((byte & ~(0xf << (4 * k))) | q << (4 * k));
+			}
+			drow[c] = byte;
+		}
+	}
+}
+
+/* dequantize_kernel: one thread block a key group, a thread a value. */
+__global__ void dequantize_kernel(struct kvs_kv_plane p, const int64_t *groups, uint8_t *const *resid) {
+	int64_t gi = groups[blockIdx.x], lb;
+	int g, lo, gn;
+	if (gi < 0 || gi >= (int64_t)p.layers * p.blocks * p.groups) return;
+	key_span(p, gi, &lb, &g, &lo, &gn);
+	uint8_t *r = resid[blockIdx.x];
+	if (!r) return;
+	int D = p.head_dim;
+	for (int e = threadIdx.x; e < p.kv_heads * gn * D; e += blockDim.x) {
+		int h = e / (gn * D), tg = e / D % gn, d = e % D;
+		uint16_t f = f2h(key_value(p, lb, h, lo + tg, d, NULL));
+		int64_t ri = (int64_t)(h * p.group + tg) * D + d;
+		if (p.prec == KVS_KV_INT8) {
+			r[ri] = (uint8_t)(f >> 8);
+			((uint8_t *)p.data)[lb * p.data_per_block + ((int64_t)h * p.block_size + lo + tg) * p.row_bytes + d] = (uint8_t)f;
+		} else {
+			r[2 * ri] = (uint8_t)f, r[2 * ri + 1] = (uint8_t)(f >> 8);
+		}
+	}
+}
+
+/* key_groups_call checks and launches a quantize or dequantize call. */
+static int key_groups_call(bool quantize, const struct kvs_kv_plane *p, int64_t n, const int64_t *groups,
+                           uint8_t *const *resid) {
+	int rc = kvs_plane_check(p);
+	if (rc != KVS_OK) return rc;
+	if (!p->key) return KVS_ERR_TYPE;
+	if (n < 0 || n > 0x7fffffff) return KVS_ERR_ARG;
+	if (n == 0) return KVS_OK;
+	if (!groups || !resid) return KVS_ERR_ARG;
+	if (quantize) {
+		quantize_kernel<<<(unsigned)n, 128, 0, kvs_stream()>>>(*p, groups, resid);
+		return kvs_launched("key group quantize");
+	}
+	dequantize_kernel<<<(unsigned)n, 256, 0, kvs_stream()>>>(*p, groups, resid);
+	return kvs_launched("key group dequantize");
+}
+
+KVS_EXPORT int kvs_key_quantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *groups, uint8_t *const *resid) {
+	return key_groups_call(true, p, n, groups, resid);
+}
+
+KVS_EXPORT int kvs_key_dequantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *groups, uint8_t *const *resid) {
+	return key_groups_call(false, p, n, groups, resid);
 }

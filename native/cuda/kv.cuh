@@ -1,5 +1,6 @@
 /* kv.cuh: decoding one value of a K/V plane on the device, as
- * engine/kvstore's ReadK/ReadV do (f16, q8_0, int8 and int4 row planes). */
+ * engine/kvstore's ReadK/ReadV do (f16, q8_0, int8 and int4 row planes, and
+ * int8/int4 keys per channel with their f16 residual slots). */
 #ifndef KVS_CUDA_KV_CUH
 #define KVS_CUDA_KV_CUH
 
@@ -23,6 +24,30 @@ __device__ __forceinline__ float kv_value(const struct kvs_kv_plane &p, int64_t 
 	case KVS_KV_INT8: return __fadd_rn(__fmul_rn((float)src[d], s), h2f(p.zero[si]));
 	default: return __fadd_rn(__fmul_rn((float)((src[d >> 1] >> ((d & 1) * 4)) & 15), s), h2f(p.zero[si]));
 	}
+}
+
+/* resid_bits returns the f16 bits of head h, token tg of its key group, dim
+ * d, held in residual slot r (int8 keys: the high byte there, the low byte
+ * in data at the token's row drow). */
+__device__ __forceinline__ uint16_t resid_bits(const struct kvs_kv_plane &p, const uint8_t *r, const uint8_t *drow, int h,
+                                               int tg, int d) {
+	int64_t ri = (int64_t)(h * p.group + tg) * p.head_dim + d;
+	if (p.prec == KVS_KV_INT8) return (uint16_t)(r[ri] << 8 | drow[d]);
+	return (uint16_t)(r[2 * ri] | r[2 * ri + 1] << 8);
+}
+
+/* key_value is kv_value for any key plane: for int8/int4 keys (p.key) the
+ * value per channel, or from resid, the residual slot of the token's key
+ * group when it is not yet quantized (NULL when it is). */
+__device__ __forceinline__ float key_value(const struct kvs_kv_plane &p, int64_t lb, int h, int t, int d,
+                                           const uint8_t *resid) {
+	if (!p.key) return kv_value(p, lb, h, t, d);
+	int D = p.head_dim, g = t / p.group;
+	const uint8_t *drow = (const uint8_t *)p.data + lb * p.data_per_block + ((int64_t)h * p.block_size + t) * p.row_bytes;
+	if (resid) return h2f(resid_bits(p, resid, drow, h, t - g * p.group, d));
+	int64_t si = lb * p.scales_per_block + ((int64_t)h * p.groups + g) * D + d;
+	int q = p.prec == KVS_KV_INT8 ? drow[d] : (drow[d >> 1] >> ((d & 1) * 4)) & 15;
+	return __fadd_rn(__fmul_rn((float)q, h2f(p.scale[si])), h2f(p.zero[si]));
 }
 
 #endif

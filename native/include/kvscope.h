@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /* KVS_ABI_VERSION changes whenever any declaration below changes meaning. */
-#define KVS_ABI_VERSION 5
+#define KVS_ABI_VERSION 6
 
 /* kvs_status: what a function returns. */
 enum kvs_status {
@@ -288,12 +288,32 @@ struct kvs_kv_plane {
 /* kvs_kv_write stores n tokens' rows, rows[i] holding kv_heads*head_dim
  * values (head-major), in layer of plane p at slots[i] (block*block_size +
  * slot in block), in row order, rounding as engine/kvstore's Write does
- * (bit-identical bytes). data, scale and zero must be writable. Int8/int4
- * keys, whose groups are quantized across tokens by the Go store, return
- * KVS_ERR_TYPE; a slot out of range returns KVS_ERR_ARG before anything is
- * written. */
+ * (bit-identical bytes). data, scale and zero must be writable. A slot out
+ * of range returns KVS_ERR_ARG before anything is written.
+ * resid: NULL, except for int8/int4 keys (p->key), whose key groups are
+ * quantized across tokens: resid[i] is then the residual slot of row i's key
+ * group (see kvs_attention's k_resid), where the row goes at f16 (int8: the
+ * high byte of each value there, the low byte in data at the token's row,
+ * where its quantized byte goes later). Once every token of a group is
+ * written, the caller quantizes it with kvs_key_quantize. */
 KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots,
-                         const float *rows);
+                         const float *rows, uint8_t *const *resid);
+
+/* kvs_key_quantize quantizes n key groups of an int8/int4 key plane from
+ * their residual slots: group i is key group groups[i] % p->groups of
+ * layer-block groups[i] / p->groups, its every token written into resid[i]
+ * (kvs_kv_write). Per channel (kv_head, dim) over the group's tokens:
+ * scale = f16((max-min)/(2^bits-1)), zero = f16(min) (both saturating at
+ * ±65504, NaN as 0), q = round((x-zero)/scale) halves up, clamped: the bytes
+ * engine/kvstore stores when a group fills. The slots may be reused after
+ * the call (on a device: by later calls). Other planes return KVS_ERR_TYPE. */
+KVS_API int kvs_key_quantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *groups, uint8_t *const *resid);
+
+/* kvs_key_dequantize is kvs_key_quantize's inverse, to write tokens of a
+ * quantized key group again: it decodes group groups[i]'s tokens, rounds
+ * them to f16 and stores them in residual slot resid[i] as kvs_kv_write
+ * would; the caller then writes the new rows and quantizes the group again. */
+KVS_API int kvs_key_dequantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *groups, uint8_t *const *resid);
 
 /*
  * kvs_attention computes, for n rows (query tokens, possibly of different
@@ -341,7 +361,8 @@ KVS_API int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plan
  * In a device library (kvs_device_kind() != KVS_DEVICE_HOST) every array
  * pointer passed to a compute function is device memory from kvs_malloc:
  * weights, activations, quantized activations, outputs, positions, slots,
- * token ids, gather rows, n_pos, tables, table_off, k_resid, frequency
+ * token ids, gather rows, n_pos, tables, table_off, k_resid and resid (arrays
+ * of device pointers to residual slots in device memory), frequency
  * factors, scratch, and the data, scale and zero arrays that a struct
  * kvs_kv_plane names. Small descriptor structs (struct kvs_kv_plane itself)
  * are passed by host pointer and read before the call returns. Host memory
@@ -440,20 +461,20 @@ KVS_API int kvs_get_rows(uint32_t type, const void *w, int64_t rows, int64_t col
 
 /* kvs_kv_supported returns KVS_OK when the library writes, reads and attends
  * over K (key != 0) or V (key == 0) at precision prec, else KVS_ERR_TYPE.
- * No library takes int8/int4 key planes (key != 0, per channel) through
- * kvs_kv_write (see there); the Go device backend stores int8 keys as a
- * row plane (key == 0), as int8 values are. */
+ * Int8/int4 keys (key != 0) are stored per channel, as engine/kvstore does. */
 KVS_API int kvs_kv_supported(int32_t prec, int32_t key);
 
 /* kvs_kv_read decodes the n rows at slots[i] of layer of plane p into
  * rows[i] (kv_heads*head_dim values, head-major): kvs_kv_write's inverse up
- * to its rounding, the values engine/kvstore's ReadK/ReadV give. Int8/int4
- * keys return KVS_ERR_TYPE. */
-KVS_API int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, float *rows);
+ * to its rounding, the values engine/kvstore's ReadK/ReadV give. resid: NULL,
+ * except for int8/int4 keys: resid[i] is row i's key group's residual slot,
+ * or NULL when the group is quantized. */
+KVS_API int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, float *rows,
+                        const uint8_t *const *resid);
 
 /* kvs_kv_copy_block makes block dst of plane p a copy of block src in every
- * layer (data, scale, zero): copy on write. Int8/int4 keys, whose residual
- * slots the plane does not describe, return KVS_ERR_TYPE. */
+ * layer (data, scale, zero): copy on write. Key residual slots are the
+ * caller's to copy. */
 KVS_API int kvs_kv_copy_block(const struct kvs_kv_plane *p, int32_t dst, int32_t src);
 
 /* kvs_attention_scratch returns the bytes of scratch kvs_attention needs for

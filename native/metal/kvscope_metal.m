@@ -455,12 +455,28 @@ static int kv_rows(NSString *kernel, const struct kvs_kv_plane *p, int32_t layer
 	});
 }
 
-KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, const float *rows) {
+/* The Metal library stores no int8/int4 keys, so it takes no residual
+ * slots (resid) and quantizes no key groups. */
+KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, const float *rows,
+                         uint8_t *const *resid) {
+	(void)resid;
 	return kv_rows(@"kv_write", p, layer, n, slots, rows);
 }
 
-KVS_API int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, float *rows) {
+KVS_API int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, float *rows,
+                        const uint8_t *const *resid) {
+	(void)resid;
 	return kv_rows(@"kv_read", p, layer, n, slots, rows);
+}
+
+KVS_API int kvs_key_quantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *groups, uint8_t *const *resid) {
+	(void)p, (void)n, (void)groups, (void)resid;
+	return KVS_ERR_TYPE;
+}
+
+KVS_API int kvs_key_dequantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *groups, uint8_t *const *resid) {
+	(void)p, (void)n, (void)groups, (void)resid;
+	return KVS_ERR_TYPE;
 }
 
 KVS_API int kvs_kv_copy_block(const struct kvs_kv_plane *p, int32_t dst, int32_t src) {

@@ -15,8 +15,9 @@ import (
 // TestDeviceEngine runs the engine on the device backend (the built-in
 // demo model): a request generates through device caches, a K/V precision
 // the device refuses fails engine.New and Reconfigure with the reason, and
-// the engine keeps running after a refused Reconfigure. Int8 keys, which a
-// device stores per token (rowKeys), generate too.
+// the engine keeps running after a refused Reconfigure. Int4 keys and
+// values, whose key groups the device backend tracks on the host, generate
+// too.
 func TestDeviceEngine(t *testing.T) {
 	d := hostDevice(t)
 	f, err := synth.Open(synth.Demo, 1)
@@ -63,14 +64,13 @@ func TestDeviceEngine(t *testing.T) {
 	if n := generate(t, e, 8); n != 8 {
 		t.Errorf("%d tokens generated on the device backend, want 8", n)
 	}
-	// Int8 keys, which a device stores per token (rowKeys).
 	cfg := engine.DefaultConfig()
-	cfg.Cache.K, cfg.Cache.V = kvstore.Int8, kvstore.Int8
+	cfg.Cache.K, cfg.Cache.V = kvstore.Int4, kvstore.Int4
 	if err := e.Reconfigure(cfg); err != nil {
-		t.Fatalf("Reconfigure to int8 keys and values: %v", err)
+		t.Fatalf("Reconfigure to int4 keys and values: %v", err)
 	}
 	if n := generate(t, e, 8); n != 8 {
-		t.Errorf("int8 K/V: %d tokens generated, want 8", n)
+		t.Errorf("int4 K/V: %d tokens generated, want 8", n)
 	}
 }
 

@@ -29,6 +29,7 @@ type devCache struct {
 	b    *Device
 	cfg  kvstore.Config
 	k, v devPlane
+	keys *devKeys // Int8/Int4 keys' bookkeeping, else nil
 	// per (layer, block): bytes of data, scale and zero of K, then of V
 	sizes [2][3]int64
 }
@@ -44,33 +45,12 @@ func (b *Device) kvReason(p kvstore.Precision, key bool) string {
 	}
 	var ok []string
 	for q := kvstore.Precision(0); q <= kvstore.FP8; q++ {
-		if b.d.kvSupported(int32(q), int32(btoi(key && !rowKeys(q)))) == 0 {
+		if b.d.kvSupported(int32(q), int32(btoi(key))) == 0 {
 			ok = append(ok, q.String())
 		}
 	}
-	why := fmt.Sprintf("the %s backend stores %s as %s only", b.Name(), what, strings.Join(ok, ", "))
-	if key && p == kvstore.Int4 {
-		why += ": " + int4KeysWhy
-	}
-	return why
+	return fmt.Sprintf("the %s backend stores %s as %s only", b.Name(), what, strings.Join(ok, ", "))
 }
-
-// rowKeys reports whether keys of precision p are stored per token on a
-// device: Int8 keys, which the Go store quantizes per channel across a
-// group of tokens (KIVI), keeping the group being filled at f16 in a
-// residual slot handed out on demand. That pool needs bookkeeping per
-// block and group on every write, copy and swap; on a device Int8 keys are
-// quantized instead as Int8 values are, per token in groups of the row's
-// values with a scale and a zero point (as llama.cpp quantizes its K
-// cache), which every device kernel already reads. On stories260K that
-// moves the logits by a mean KL of 7e-4 from f16 K/V, below q8_0 K/V's.
-// Int4 keys per token moved them by a KL of 0.97 (keys have outlier
-// channels, which per-channel quantization is for), so a device refuses
-// them (int4KeysWhy).
-func rowKeys(p kvstore.Precision) bool { return p == kvstore.Int8 }
-
-// int4KeysWhy is the reason a device gives for refusing Int4 keys.
-const int4KeysWhy = "int4 keys need per-channel quantization across tokens (KIVI) with an f16 residual for the group being filled, which only the Go store has; per token, as a device would store them, they moved stories260K's logits by a mean KL of 0.97 (use int4 values with f16, q8_0 or int8 keys)"
 
 // NewCache allocates a K/V pool of c's shape and precisions in device
 // memory, zeroed. A precision the library does not store is refused with
@@ -86,7 +66,7 @@ func (b *Device) NewCache(c kvstore.Config) (backend.Cache, error) {
 		p   kvstore.Precision
 		key bool
 	}{{c.K, true}, {c.V, false}} {
-		if b.d.kvSupported(int32(pk.p), int32(btoi(pk.key && !rowKeys(pk.p)))) != 0 {
+		if b.d.kvSupported(int32(pk.p), int32(btoi(pk.key))) != 0 {
 			what := "value"
 			if pk.key {
 				what = "key"
@@ -103,22 +83,19 @@ func (b *Device) NewCache(c kvstore.Config) (backend.Cache, error) {
 		return nil, err
 	}
 	raws := []kvstore.Raw{proto.RawK(), proto.RawV()}
-	if rowKeys(c.K) {
-		// Keys laid out as values of their precision (rowKeys).
-		rk := one
-		rk.V = c.K
-		ks, err := kvstore.New(rk)
-		if err != nil {
-			return nil, err
-		}
-		raws[0] = ks.RawV()
-	}
 	dc := &devCache{b: b, cfg: c}
-	var mem []uintptr
+	mem := new([]uintptr)
 	free := func() {
-		for _, p := range mem {
+		for _, p := range *mem {
 			b.d.free(p)
 		}
+	}
+	if rk := raws[0]; rk.Key {
+		words := (c.BlockSize + 63) / 64
+		dc.keys = &devKeys{group: rk.Group, groups: rk.Groups, words: words, mem: mem,
+			mask:      make([]uint64, c.Layers*c.Blocks*words),
+			resid:     make([]uintptr, c.Layers*c.Blocks*rk.Groups),
+			slotBytes: int64(kvstore.ResidualBytes(c) / c.Layers)}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -151,7 +128,7 @@ func (b *Device) NewCache(c kvstore.Config) (backend.Cache, error) {
 				free()
 				return nil, fmt.Errorf("a K/V pool of %d blocks: %w", c.Blocks, err)
 			}
-			mem = append(mem, m)
+			*mem = append(*mem, m)
 			if rc := b.d.memset(m, 0, size*lb); rc != 0 {
 				free()
 				return nil, status("memset", rc)
@@ -165,8 +142,8 @@ func (b *Device) NewCache(c kvstore.Config) (backend.Cache, error) {
 		}
 	}
 	d := b.d
-	runtime.AddCleanup(dc, func(mem []uintptr) {
-		for _, p := range mem {
+	runtime.AddCleanup(dc, func(mem *[]uintptr) {
+		for _, p := range *mem {
 			d.free(p)
 		}
 	}, mem)
@@ -204,6 +181,9 @@ func (c *devCache) Copy(dst, src int) {
 	for _, p := range []*devPlane{&c.k, &c.v} {
 		c.b.check("copy block", c.b.d.kvCopy(unsafe.Pointer(p), int32(dst), int32(src)))
 	}
+	if c.keys != nil {
+		c.copyKeys(dst, src)
+	}
 }
 
 // saveMagic starts every block a device cache saves.
@@ -240,7 +220,8 @@ func (c *devCache) regions(block int, f func(p uintptr, size int64) bool) {
 }
 
 // Save appends block's bytes, all layers, K and V, to buf (swap out),
-// after a header of the pool's shape that Load checks.
+// after a header of the pool's shape that Load checks; for Int8/Int4 keys
+// then the key state (saveKeys).
 func (c *devCache) Save(block int, buf []byte) []byte {
 	c.b.mu.Lock()
 	defer c.b.mu.Unlock()
@@ -258,6 +239,9 @@ func (c *devCache) Save(block int, buf []byte) []byte {
 		at += int(size)
 		return ok
 	})
+	if c.keys != nil {
+		buf = c.saveKeys(block, buf)
+	}
 	return buf
 }
 
@@ -280,8 +264,15 @@ func (c *devCache) Load(block int, data []byte) error {
 		}
 	}
 	body := data[hl:]
-	if int64(len(body)) != c.blockBytes() {
+	if int64(len(body)) < c.blockBytes() || (c.keys == nil && int64(len(body)) != c.blockBytes()) {
 		return fmt.Errorf("%s backend: load block %d: %d bytes of data, the pool's blocks have %d", c.b.Name(), block, len(body), c.blockBytes())
+	}
+	var keys *keyState
+	if c.keys != nil {
+		var err error
+		if keys, err = c.parseKeys(body[c.blockBytes():]); err != nil {
+			return fmt.Errorf("%s backend: load block %d: %w", c.b.Name(), block, err)
+		}
 	}
 	at := 0
 	var err error
@@ -293,16 +284,23 @@ func (c *devCache) Load(block int, data []byte) error {
 		at += int(size)
 		return true
 	})
+	if err == nil && keys != nil {
+		if err = c.loadKeys(block, keys); err != nil {
+			err = fmt.Errorf("%s backend: load block %d: %w", c.b.Name(), block, err)
+		}
+	}
 	return err
 }
 
-// Reset forgets a block's old contents: nothing to do, since no device
-// precision keeps state across a block's tokens (int8/int4 keys are stored
-// per token, rowKeys).
+// Reset forgets a block's old contents: for Int8/Int4 keys, which slots
+// were written and the residual slots (resetKeys); the other precisions
+// keep no state across a block's tokens.
 func (c *devCache) Reset(block int) {
 	c.b.mu.Lock()
 	defer c.b.mu.Unlock()
-	c.blockOK("reset block", block)
+	if c.blockOK("reset block", block) && c.keys != nil {
+		c.resetKeys(block)
+	}
 }
 
 // kvArgs checks a WriteKV or ReadKV call and uploads its slots.
@@ -342,8 +340,13 @@ func (b *Device) WriteKV(c backend.Cache, layer int, k, v backend.Buffer, slots 
 		return
 	}
 	n := int64(len(slots))
-	if b.check("K/V write", b.d.kvWrite(unsafe.Pointer(&dc.k), int32(layer), n, sp, kp)) {
-		b.check("K/V write", b.d.kvWrite(unsafe.Pointer(&dc.v), int32(layer), n, sp, vp))
+	if dc.keys != nil {
+		ok = dc.writeKeys(layer, slots, sp, kp)
+	} else {
+		ok = b.check("K/V write", b.d.kvWrite(unsafe.Pointer(&dc.k), int32(layer), n, sp, kp, 0))
+	}
+	if ok {
+		b.check("K/V write", b.d.kvWrite(unsafe.Pointer(&dc.v), int32(layer), n, sp, vp, 0))
 	}
 }
 
@@ -356,8 +359,14 @@ func (b *Device) ReadKV(k, v backend.Buffer, c backend.Cache, layer int, slots [
 		return
 	}
 	n := int64(len(slots))
-	if b.check("K/V read", b.d.kvRead(unsafe.Pointer(&dc.k), int32(layer), n, sp, kp)) {
-		b.check("K/V read", b.d.kvRead(unsafe.Pointer(&dc.v), int32(layer), n, sp, vp))
+	var rp uintptr
+	if dc.keys != nil {
+		if rp = dc.rowResiduals(layer, slots); rp == 0 {
+			return
+		}
+	}
+	if b.check("K/V read", b.d.kvRead(unsafe.Pointer(&dc.k), int32(layer), n, sp, kp, rp)) {
+		b.check("K/V read", b.d.kvRead(unsafe.Pointer(&dc.v), int32(layer), n, sp, vp, 0))
 	}
 }
 
@@ -430,10 +439,16 @@ func (b *Device) Attention(out backend.Buffer, c backend.Cache, layer int, q bac
 	if tp == 0 || np == 0 || ofp == 0 {
 		return
 	}
+	var kr uintptr
+	if dc.keys != nil {
+		if kr = dc.tableResiduals(layer, tables); kr == 0 {
+			return
+		}
+	}
 	scale := float32(1 / math.Sqrt(float64(cfg.HeadDim)))
 	call := func(a, e int, scratch uintptr) int32 {
 		return b.d.attention(unsafe.Pointer(&dc.k), unsafe.Pointer(&dc.v), int32(layer), int64(e-a), int32(heads), 0, int32(heads), r.Window, scale,
-			qp+uintptr(a*qd*4), np+uintptr(a*4), tp, ofp+uintptr(a*8), 0, scratch, op2+uintptr(a*qd*4))
+			qp+uintptr(a*qd*4), np+uintptr(a*4), tp, ofp+uintptr(a*8), kr, scratch, op2+uintptr(a*qd*4))
 	}
 	scratchFor := func(rows int) int64 {
 		return b.d.attnScratch(int64(rows), int32(heads), int32(cfg.KVHeads), int32(cfg.HeadDim), maxPos)

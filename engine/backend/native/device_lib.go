@@ -50,9 +50,11 @@ type devLib struct {
 	gather      func(uintptr, uintptr, uintptr, int64, int64) int32
 	getRows     func(uint32, uintptr, int64, int64, uintptr, int64, uintptr) int32
 	kvSupported func(int32, int32) int32
-	kvRead      func(unsafe.Pointer, int32, int64, uintptr, uintptr) int32
-	kvWrite     func(unsafe.Pointer, int32, int64, uintptr, uintptr) int32
+	kvRead      func(p unsafe.Pointer, layer int32, n int64, slots, rows, resid uintptr) int32
+	kvWrite     func(p unsafe.Pointer, layer int32, n int64, slots, rows, resid uintptr) int32
 	kvCopy      func(unsafe.Pointer, int32, int32) int32
+	keyQuant    func(p unsafe.Pointer, n int64, groups, resid uintptr) int32
+	keyDequant  func(p unsafe.Pointer, n int64, groups, resid uintptr) int32
 	attnScratch func(int64, int32, int32, int32, int32) int64
 	attention   func(k, v unsafe.Pointer, layer int32, n int64, heads, head0, head1, window int32, scale float32,
 		q, nPos, tables, tableOff, kResid, scratch, out uintptr) int32
@@ -85,7 +87,7 @@ func bindDevice(file string) (*devLib, error) {
 		{&d.lastError, "kvs_last_error"}, {&d.addBias, "kvs_add_bias"}, {&d.scale, "kvs_scale"},
 		{&d.geglu, "kvs_geglu"}, {&d.gather, "kvs_gather"}, {&d.getRows, "kvs_get_rows"},
 		{&d.kvSupported, "kvs_kv_supported"}, {&d.kvRead, "kvs_kv_read"}, {&d.kvWrite, "kvs_kv_write"},
-		{&d.kvCopy, "kvs_kv_copy_block"}, {&d.attnScratch, "kvs_attention_scratch"},
+		{&d.kvCopy, "kvs_kv_copy_block"}, {&d.keyQuant, "kvs_key_quantize"}, {&d.keyDequant, "kvs_key_dequantize"}, {&d.attnScratch, "kvs_attention_scratch"},
 		{&d.attention, "kvs_attention"}, {&d.rowBytes, "kvs_row_bytes"}, {&d.actBytes, "kvs_act_bytes"},
 		{&d.quantize, "kvs_quantize_acts"}, {&d.matmul, "kvs_matmul"}, {&d.rmsnorm, "kvs_rmsnorm"},
 		{&d.rope, "kvs_rope"}, {&d.swiglu, "kvs_swiglu"}, {&d.add, "kvs_add"},

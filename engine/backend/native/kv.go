@@ -91,10 +91,10 @@ func (l *Lib) WriteKV(s *kvstore.Store, layer int, k, v []float32, slots []int32
 		return err
 	}
 	n := int64(len(slots))
-	if err := status("write keys", l.kvWrite(unsafe.Pointer(&pk), int32(layer), n, ptr(slots), ptr(k))); err != nil {
+	if err := status("write keys", l.kvWrite(unsafe.Pointer(&pk), int32(layer), n, ptr(slots), ptr(k), nil)); err != nil {
 		return err
 	}
-	err = status("write values", l.kvWrite(unsafe.Pointer(&pv), int32(layer), n, ptr(slots), ptr(v)))
+	err = status("write values", l.kvWrite(unsafe.Pointer(&pv), int32(layer), n, ptr(slots), ptr(v), nil))
 	runtime.KeepAlive(rk)
 	runtime.KeepAlive(rv)
 	return err

@@ -13,7 +13,7 @@ import (
 )
 
 // ABIVersion is the version of native/include/kvscope.h this package speaks.
-const ABIVersion = 5
+const ABIVersion = 6
 
 // ErrNotFound is wrapped by Load's error when no library file exists where
 // it looked.
@@ -65,7 +65,7 @@ type Lib struct {
 	rope          func(unsafe.Pointer, int64, int64, int64, int64, unsafe.Pointer, float32, float32, unsafe.Pointer, int32) int32
 	swiglu        func(unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int64) int32
 	add           func(unsafe.Pointer, unsafe.Pointer, int64) int32
-	kvWrite       func(unsafe.Pointer, int32, int64, unsafe.Pointer, unsafe.Pointer) int32
+	kvWrite       func(unsafe.Pointer, int32, int64, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer) int32
 	sum64         func(unsafe.Pointer, int64, unsafe.Pointer) int32
 	attention     func(unsafe.Pointer, unsafe.Pointer, int32, int64, int32, int32, int32, int32, float32, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, unsafe.Pointer) int32
 }
