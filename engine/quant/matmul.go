@@ -3,9 +3,10 @@ package quant
 import (
 	"fmt"
 	"runtime"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
+
+	"kvscope/internal/par"
 )
 
 // serialWork is the number of multiply-adds (rows*cols*nx) below which
@@ -69,9 +70,11 @@ func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error 
 	}
 	chunk := (max(8, rows/(8*workers)) + 7) &^ 7 // whole 8-row tiles
 	var next atomic.Int64
-	var panicked atomic.Pointer[workerPanic]
 	shared := m // only the parallel path moves the operands to the heap
-	work := func() {
+	// A fault reading the weights' mapping (a model file changed on disk)
+	// or any other panic in a helper goroutine goes back to the caller's
+	// goroutine (par.Run), which may recover it.
+	par.Run(workers, func(int) {
 		for {
 			r1 := int(next.Add(int64(chunk)))
 			r0 := r1 - chunk
@@ -80,34 +83,9 @@ func MatMul(t Type, w []byte, rows, cols int, x []float32, out []float32) error 
 			}
 			shared.do(r0, min(r1, rows))
 		}
-	}
-	var wg sync.WaitGroup
-	for range workers - 1 {
-		wg.Go(func() {
-			// A fault reading the weights' mapping (a model file changed
-			// on disk) or any other panic goes back to the caller's
-			// goroutine, which may recover it; here it would kill the
-			// process.
-			debug.SetPanicOnFault(true)
-			defer func() {
-				if r := recover(); r != nil {
-					panicked.CompareAndSwap(nil, &workerPanic{r})
-					next.Store(int64(rows)) // stop the others early
-				}
-			}()
-			work()
-		})
-	}
-	work()
-	wg.Wait()
-	if p := panicked.Load(); p != nil {
-		panic(p.value)
-	}
+	})
 	return nil
 }
-
-// workerPanic carries a worker goroutine's panic value to MatMul's caller.
-type workerPanic struct{ value any }
 
 // matmul is one MatMul call's operands.
 type matmul struct {

@@ -4,15 +4,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
-	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 
 	"kvscope/engine/quant"
+	"kvscope/internal/par"
 )
 
 // ptr returns the address of s's first element, or nil for an empty slice.
@@ -123,27 +122,9 @@ func (l *Lib) Pack(typ quant.Type, w []byte, rows, cols int) (*Packed, error) {
 	if size < 1<<20 {
 		nw = 1
 	}
-	var wg sync.WaitGroup
-	var panicked atomic.Pointer[any]
-	for k := 1; k < nw; k++ {
-		wg.Go(func() {
-			// A fault reading a mapped file's changed pages panics here
-			// and goes back to the caller, which may recover it; left
-			// alone it would kill the process.
-			debug.SetPanicOnFault(true)
-			defer func() {
-				if r := recover(); r != nil {
-					panicked.CompareAndSwap(nil, &r)
-				}
-			}()
-			packGroups(p, w, groups*k/nw, groups*(k+1)/nw)
-		})
-	}
-	packGroups(p, w, 0, groups/nw)
-	wg.Wait()
-	if r := panicked.Load(); r != nil {
-		panic(*r)
-	}
+	// A fault reading a mapped file's changed pages panics in Go, and
+	// par.Run hands it to the caller, which may recover it.
+	par.Run(nw, func(k int) { packGroups(p, w, groups*k/nw, groups*(k+1)/nw) })
 	return p, nil
 }
 
