@@ -34,11 +34,13 @@ func TestDeviceKeyGroups(t *testing.T) {
 		k, v            kvstore.Precision
 		headDim, bs, kg int
 	}{
-		{kvstore.Int4, kvstore.F16, 24, 5, 2}, // groups of 2, 2 and 1
-		{kvstore.Int8, kvstore.Q8_0, 7, 6, 4}, // an odd head dim; groups of 4 and 2
-		{kvstore.Int4, kvstore.Int4, 9, 4, 0}, // the default group: the block
+		{kvstore.Int4, kvstore.F16, 24, 5, 2},   // groups of 2, 2 and 1
+		{kvstore.Int8, kvstore.Q8_0, 7, 6, 4},   // an odd head dim; groups of 4 and 2
+		{kvstore.Int4, kvstore.Int4, 9, 4, 0},   // the default group: the block
+		{kvstore.Int8, kvstore.F16, 8, 1, 0},    // block size 1: every token fills its group
+		{kvstore.Int4, kvstore.Q8_0, 8, 256, 0}, // block size 256: groups of 32
 	} {
-		cfg := kvstore.Config{Layers: 2, KVHeads: 2, HeadDim: tc.headDim, BlockSize: tc.bs, Blocks: 9, K: tc.k, V: tc.v, KeyGroup: tc.kg}
+		cfg := kvstore.Config{Layers: 2, KVHeads: 2, HeadDim: tc.headDim, BlockSize: tc.bs, Blocks: 17, K: tc.k, V: tc.v, KeyGroup: tc.kg}
 		name := tc.k.String() + "/" + tc.v.String()
 		const heads = 4
 		B, row := tc.bs, cfg.KVHeads*cfg.HeadDim
@@ -51,7 +53,7 @@ func TestDeviceKeyGroups(t *testing.T) {
 			caches[i] = c
 		}
 		// tables[s] is sequence s's block table; n[s] its length.
-		tables := [][]int32{{3, 0, 7}, nil}
+		tables := [][]int32{{3, 0, 7, 9, 10, 11, 12}, nil}
 		n := []int{0, 0}
 		var written []int32 // every slot written, for reads
 		slotOf := func(s, p int) int32 { return tables[s][p/B]*int32(B) + int32(p%B) }
@@ -131,11 +133,12 @@ func TestDeviceKeyGroups(t *testing.T) {
 			write(0, p, p+1)
 		}
 		compare("decode", true)
-		// Fork at a partly filled block: sequence 1 shares block 3 and
-		// gets a copy of block 7 (one token written) as block 8.
+		// Fork at the third block, partly filled (one token written)
+		// unless blocks hold one token: sequence 1 shares blocks 3 and 0
+		// and gets a copy of block 7 as block 8.
 		caches[0].Copy(8, 7)
 		caches[1].Copy(8, 7)
-		tables[1], n[1] = []int32{3, 0, 8}, n[0]
+		tables[1], n[1] = []int32{3, 0, 8, 13, 14, 15, 16}, n[0]
 		write(0, n[0], n[0]+2)
 		write(1, n[1], n[1]+1)
 		compare("fork", true)
@@ -190,7 +193,7 @@ func TestDeviceKeyGroups(t *testing.T) {
 		// again from its other tokens rounded to f16.
 		write(0, 1, 2)
 		compare("one rewritten", false)
-		for _, b := range []int{0, 3, 5, 7} {
+		for b := range cfg.Blocks {
 			caches[0].Reset(b)
 		}
 		if h := held(); h != 0 {
