@@ -35,11 +35,11 @@ func TestBenchSpeedTable(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		peer   string
-		cols   int // values in a row: kvscope's, [llama.cpp's, the ratio,] the bandwidth limit
+		cols   int // values in a row: kvscope's, [llama.cpp's, the ratio, the rounds' median ratio,] the bandwidth limit
 		rounds string
 	}{
 		{"no peer", "", 2, "1"},
-		{"llama.cpp", peerDir, 4, "2"},
+		{"llama.cpp", peerDir, 5, "2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.peer != "" && findPeer(tc.peer) == "" {
@@ -99,14 +99,27 @@ func TestBenchSpeedTable(t *testing.T) {
 	}
 }
 
-// TestBestRows checks that rounds keep each engine's best figure per row.
+// TestBestRows checks that rounds keep each engine's best figure per row,
+// and every round's ratio, whose median the table shows.
 func TestBestRows(t *testing.T) {
-	a := []speedRow{{test: "x", ours: 3, theirs: 5, limit: 9}, {test: "y", ours: 2}}
-	b := []speedRow{{test: "x", ours: 4, theirs: 1, limit: 9}, {test: "y", ours: 1}}
-	got := bestRows(bestRows(nil, a), b)
-	want := []speedRow{{test: "x", ours: 4, theirs: 5, limit: 9}, {test: "y", ours: 2}}
-	if !slices.Equal(got, want) {
+	a := []speedRow{{test: "x", ours: 3, theirs: 5, limit: 9, ratios: []float64{0.6}}, {test: "y", ours: 2}}
+	b := []speedRow{{test: "x", ours: 4, theirs: 1, limit: 9, ratios: []float64{4}}, {test: "y", ours: 1}}
+	c := []speedRow{{test: "x", ours: 1, theirs: 1, limit: 9, ratios: []float64{1}}, {test: "y", ours: 1}}
+	got := bestRows(bestRows(bestRows(nil, a), b), c)
+	want := []speedRow{{test: "x", ours: 4, theirs: 5, limit: 9, ratios: []float64{0.6, 4, 1}}, {test: "y", ours: 2}}
+	same := func(p, q speedRow) bool {
+		return p.test == q.test && p.ours == q.ours && p.theirs == q.theirs && p.limit == q.limit && slices.Equal(p.ratios, q.ratios)
+	}
+	if !slices.EqualFunc(got, want, same) {
 		t.Errorf("got %+v, want %+v", got, want)
+	}
+	for _, tc := range []struct {
+		x    []float64
+		want float64
+	}{{nil, 0}, {[]float64{0.6, 4, 1}, 1}, {[]float64{3, 1}, 2}} {
+		if m := median(tc.x); m != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.x, m, tc.want)
+		}
 	}
 }
 

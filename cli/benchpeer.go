@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,17 +42,17 @@ func findPeer(dir string) string {
 }
 
 // peerSpeed runs llama-bench and llama-batched-bench on the model file
-// with o's settings and sets the theirs field of the matching rows.
-func peerSpeed(dir, path string, o speedOpts, rows []speedRow) error {
+// with o's settings and returns their tokens/s by test name.
+func peerSpeed(dir, path string, o speedOpts) (map[string]float64, error) {
 	t := strconv.Itoa(o.threads)
 	out, err := runPeer(filepath.Join(dir, llamaBench), "-m", path, "-t", t,
 		"-p", strconv.Itoa(o.prompt), "-n", strconv.Itoa(o.gen), "-r", strconv.Itoa(o.reps), "-o", "csv")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bench, err := parseLlamaBench(bytes.NewReader(out))
 	if err != nil {
-		return fmt.Errorf("%s: %w", llamaBench, err)
+		return nil, fmt.Errorf("%s: %w", llamaBench, err)
 	}
 	// llama-batched-bench prints its results through llama.cpp's
 	// asynchronous log, which loses the lines still queued when the
@@ -69,7 +70,7 @@ func peerSpeed(dir, path string, o speedOpts, rows []speedRow) error {
 		out, err = runPeer(filepath.Join(dir, llamaBatchedBench), "-m", path, "-t", t, "-c", strconv.Itoa(kvSize),
 			"-npp", strconv.Itoa(o.prompt), "-ntg", strconv.Itoa(o.batchTG), "-npl", strings.Join(npl, ","), "--output-format", "jsonl")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		batched, err = parseBatchedBench(bytes.NewReader(out))
 		if err == nil {
@@ -84,17 +85,10 @@ func peerSpeed(dir, path string, o speedOpts, rows []speedRow) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", llamaBatchedBench, err)
+		return nil, fmt.Errorf("%s: %w", llamaBatchedBench, err)
 	}
-	for i := range rows {
-		if v, ok := bench[rows[i].test]; ok {
-			rows[i].theirs = v
-		}
-		if v, ok := batched[rows[i].test]; ok {
-			rows[i].theirs = v
-		}
-	}
-	return nil
+	maps.Copy(bench, batched)
+	return bench, nil
 }
 
 // runPeer runs a llama.cpp binary and returns its standard output; a

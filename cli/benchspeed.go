@@ -50,7 +50,7 @@ func benchSpeed(args []string, stdout, stderr io.Writer) error {
 	prompt := intFlag(fs, "p", 128, 1, 8192, "prompt tokens of the prefill test and of each sequence of the batched tests")
 	gen := intFlag(fs, "n", 64, 1, 8192, "tokens one sequence decodes from an empty context")
 	reps := intFlag(fs, "r", 2, 1, 100, "repetitions of the prefill and decode tests")
-	rounds := intFlag(fs, "rounds", 3, 1, 10, "rounds of kvscope's tests then llama.cpp's, alternating; each figure is the best of its rounds (this machine's memory bandwidth swings from minute to minute)")
+	rounds := intFlag(fs, "rounds", 3, 1, 10, "rounds of kvscope's tests and llama.cpp's (llama.cpp's first in every other round); each figure is the best of its rounds, and the rounds' median ratio is shown too (this machine's memory bandwidth swings from minute to minute)")
 	batchTG := intFlag(fs, "ntg", 32, 1, 8192, "tokens each sequence decodes in the batched tests")
 	seqs := fs.String("npl", "1,4,8", "sequence counts of the batched tests, comma-separated")
 	ctx := intFlag(fs, "ctx", 2048, 2, 1<<20, "context of the K/V precision tests")
@@ -109,7 +109,7 @@ func runSpeed(o speedOpts, out io.Writer) error {
 	if peer == "" {
 		fmt.Fprintf(out, "llama.cpp: not run (no llama-bench and llama-batched-bench in %q)\n", o.peer)
 	} else {
-		fmt.Fprintf(out, "llama.cpp: %s, on the same files, right after kvscope\n", peer)
+		fmt.Fprintf(out, "llama.cpp: %s, on the same files, in the same rounds as kvscope\n", peer)
 	}
 	for _, typ := range o.types {
 		s, _ := presetShape(o.preset, typ)
@@ -121,7 +121,8 @@ func runSpeed(o speedOpts, out io.Writer) error {
 		}
 		made := time.Since(t0)
 		// Rounds alternate the engines, so that both meet the
-		// bandwidth of the same minutes; each row keeps its best.
+		// bandwidth of the same minutes, llama.cpp first in every other
+		// round; each row keeps its best, and each round's ratio.
 		var rows []speedRow
 		var weights int64
 		note := ""
@@ -129,13 +130,30 @@ func runSpeed(o speedOpts, out io.Writer) error {
 			if round > 0 {
 				bw = max(bw, measure())
 			}
+			var theirs map[string]float64
+			peerRun := func() {
+				if peer == "" || note != "" {
+					return
+				}
+				var err error
+				if theirs, err = peerSpeed(peer, path, o); err != nil {
+					note = "llama.cpp failed: " + firstLine(err.Error())
+				}
+			}
+			if round%2 == 1 {
+				peerRun()
+			}
 			r, w, err := ourSpeed(path, o, 1)
 			if err != nil {
 				return err
 			}
-			if peer != "" && note == "" {
-				if err := peerSpeed(peer, path, o, r); err != nil {
-					note = "llama.cpp failed: " + firstLine(err.Error())
+			if round%2 == 0 {
+				peerRun()
+			}
+			for i := range r {
+				if v, ok := theirs[r[i].test]; ok && r[i].ours > 0 {
+					r[i].theirs = v
+					r[i].ratios = []float64{r[i].ours / v}
 				}
 			}
 			rows, weights = bestRows(rows, r), w
@@ -149,7 +167,7 @@ func runSpeed(o speedOpts, out io.Writer) error {
 		}
 		rounds := ""
 		if o.rounds > 1 {
-			rounds = fmt.Sprintf("; each figure is the best of %d rounds, kvscope's tests then llama.cpp's in each", o.rounds)
+			rounds = fmt.Sprintf("; each figure is the best of %d rounds, each running kvscope's tests and llama.cpp's in turn, llama.cpp's first in every other round", o.rounds)
 		}
 		fmt.Fprintf(out, "\n%s %s: %s file (made in %.1f s), %s of weights read per token: at the best bandwidth measured, %.1f GB/s, one sequence cannot decode faster than %.1f tokens/s%s\n",
 			o.preset, typeName(s), humanize.IBytes(uint64(size)), made.Seconds(), humanize.IBytes(uint64(weights)), bw/1e9, bw/float64(weights), rounds)
@@ -165,7 +183,7 @@ func runSpeed(o speedOpts, out io.Writer) error {
 }
 
 // bestRows returns each row of b with the better figures of a's row (a
-// nil: b itself): the best round of each engine.
+// nil: b itself): the best round of each engine, and every round's ratio.
 func bestRows(a, b []speedRow) []speedRow {
 	if a == nil {
 		return b
@@ -173,6 +191,7 @@ func bestRows(a, b []speedRow) []speedRow {
 	for i := range b {
 		b[i].ours = max(b[i].ours, a[i].ours)
 		b[i].theirs = max(b[i].theirs, a[i].theirs)
+		b[i].ratios = append(a[i].ratios, b[i].ratios...)
 	}
 	return b
 }
@@ -183,7 +202,21 @@ type speedRow struct {
 	test         string
 	ours, theirs float64
 	limit        float64
-	skipped      string // why the test did not run, if it did not
+	ratios       []float64 // kvscope's rate over llama.cpp's in each round both ran
+	skipped      string    // why the test did not run, if it did not
+}
+
+// median returns the median of x (the mean of the middle two for an even
+// count), 0 for none.
+func median(x []float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(x))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 // writeSpeedTable prints the rows, with llama.cpp's column and the ratio
@@ -191,7 +224,7 @@ type speedRow struct {
 func writeSpeedTable(out io.Writer, rows []speedRow, peer bool) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if peer {
-		fmt.Fprintln(tw, "test (tokens/s)\tkvscope\tllama.cpp\tkvscope/llama.cpp\tbandwidth limit\t")
+		fmt.Fprintln(tw, "test (tokens/s)\tkvscope\tllama.cpp\tkvscope/llama.cpp\trounds' median\tbandwidth limit\t")
 	} else {
 		fmt.Fprintln(tw, "test (tokens/s)\tkvscope\tbandwidth limit\t")
 	}
@@ -207,7 +240,8 @@ func writeSpeedTable(out io.Writer, rows []speedRow, peer bool) error {
 			if r.theirs > 0 {
 				ratio = r.ours / r.theirs
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", r.test, dash(r.ours, "%.1f"), dash(r.theirs, "%.1f"), dash(ratio, "%.2f"), dash(r.limit, "%.1f"))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", r.test, dash(r.ours, "%.1f"), dash(r.theirs, "%.1f"), dash(ratio, "%.2f"),
+				dash(median(r.ratios), "%.2f"), dash(r.limit, "%.1f"))
 		} else {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t\n", r.test, dash(r.ours, "%.1f"), dash(r.limit, "%.1f"))
 		}
