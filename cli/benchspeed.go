@@ -50,7 +50,7 @@ func benchSpeed(args []string, stdout, stderr io.Writer) error {
 	prompt := intFlag(fs, "p", 128, 1, 8192, "prompt tokens of the prefill test and of each sequence of the batched tests")
 	gen := intFlag(fs, "n", 64, 1, 8192, "tokens one sequence decodes from an empty context")
 	reps := intFlag(fs, "r", 2, 1, 100, "repetitions of the prefill and decode tests")
-	rounds := intFlag(fs, "rounds", 3, 1, 10, "rounds of kvscope's tests and llama.cpp's (llama.cpp's first in every other round); each figure is the best of its rounds, and the rounds' median ratio is shown too (this machine's memory bandwidth swings from minute to minute)")
+	rounds := intFlag(fs, "rounds", 5, 1, 10, "rounds of kvscope's tests and llama.cpp's (llama.cpp's first in every other round); each figure is the best of its rounds, and the rounds' median ratio is shown too (this machine's memory bandwidth swings from minute to minute)")
 	batchTG := intFlag(fs, "ntg", 32, 1, 8192, "tokens each sequence decodes in the batched tests")
 	seqs := fs.String("npl", "1,4,8", "sequence counts of the batched tests, comma-separated")
 	ctx := intFlag(fs, "ctx", 2048, 2, 1<<20, "context of the K/V precision tests")
