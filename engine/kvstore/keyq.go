@@ -2,8 +2,6 @@ package kvstore
 
 import (
 	"encoding/binary"
-	"fmt"
-	"math/bits"
 	"sync"
 )
 
@@ -38,7 +36,7 @@ type keyPlane struct {
 
 func newKeyPlane(c Config, sh shape, pool *residualPool) *keyPlane {
 	n := c.Layers * c.Blocks
-	w := (c.BlockSize + 63) / 64
+	w := MaskWords(c)
 	p := &keyPlane{c: c, sh: sh, words: w, pool: pool,
 		data:  make([]byte, n*sh.data),
 		scale: make([]uint16, n*sh.scales),
@@ -84,14 +82,8 @@ func (p *residualPool) put(r []byte) {
 	p.free = append(p.free, r)
 }
 
-// groupSpan returns the first slot and the length of key group g.
-func (p *keyPlane) groupSpan(g int) (lo, n int) {
-	lo = g * p.sh.group
-	return lo, min(p.sh.group, p.c.BlockSize-lo)
-}
-
 // masks returns the written-slot mask of layer l, block b.
-func (p *keyPlane) masks(l, b int) []uint64 {
+func (p *keyPlane) masks(l, b int) SlotMask {
 	i := (l*p.c.Blocks + b) * p.words
 	return p.mask[i : i+p.words]
 }
@@ -99,30 +91,6 @@ func (p *keyPlane) masks(l, b int) []uint64 {
 // residual returns the address of layer l, block b, group g's residual slot.
 func (p *keyPlane) residual(l, b, g int) *[]byte {
 	return &p.resid[(l*p.c.Blocks+b)*p.sh.groups+g]
-}
-
-// full reports whether slots lo..lo+n-1 are all set in m.
-func full(m []uint64, lo, n int) bool {
-	for i := lo; i < lo+n; {
-		w, sh := i/64, uint(i%64)
-		k := min(64-int(sh), lo+n-i) // bits to test in this word
-		want := (^uint64(0) >> uint(64-k)) << sh
-		if m[w]&want != want {
-			return false
-		}
-		i += k
-	}
-	return true
-}
-
-// anySet reports whether any of slots lo..lo+n-1 is set in m.
-func anySet(m []uint64, lo, n int) bool {
-	for i := lo; i < lo+n; i++ {
-		if m[i/64]&(1<<uint(i%64)) != 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // dataIndex returns the index in data of layer l, block b, head h, slot t's row.
@@ -139,12 +107,12 @@ func (p *keyPlane) residIndex(h, tg int) int {
 func (p *keyPlane) write(l, b, t int, x []float32) {
 	D, H := p.c.HeadDim, p.c.KVHeads
 	g := t / p.sh.group
-	lo, gn := p.groupSpan(g)
+	lo, gn := p.c.KeyGroupSpan(g)
 	p.locks[b].Lock()
 	defer p.locks[b].Unlock()
 	m := p.masks(l, b)
 	bit := uint64(1) << uint(t%64)
-	if m[t/64]&bit != 0 && full(m, lo, gn) {
+	if m[t/64]&bit != 0 && m.Full(lo, gn) {
 		// The slot is rewritten in a group already quantized: decode the
 		// group, put the new row in and quantize it again.
 		bp := p.bufs.Get().(*[]float32)
@@ -179,7 +147,7 @@ func (p *keyPlane) write(l, b, t int, x []float32) {
 		}
 	}
 	m[t/64] |= bit
-	if !full(m, lo, gn) {
+	if !m.Full(lo, gn) {
 		return
 	}
 	bp := p.bufs.Get().(*[]float32)
@@ -294,9 +262,9 @@ func (p *keyPlane) read(l, b, n int, dst []float32) {
 	defer p.locks[b].RUnlock()
 	m := p.masks(l, b)
 	for g := 0; g*p.sh.group < n; g++ {
-		lo, gn := p.groupSpan(g)
+		lo, gn := p.c.KeyGroupSpan(g)
 		k := min(gn, n-lo) // tokens of this group to read
-		if full(m, lo, gn) {
+		if m.Full(lo, gn) {
 			p.dequantTokens(l, b, g, 0, k, n, lo, dst)
 		} else {
 			p.decodeResidual(l, b, g, 0, k, n, lo, dst)
@@ -378,9 +346,9 @@ func (p *keyPlane) save(b int, buf []byte) []byte {
 func (p *keyPlane) layerFixed() int { return p.sh.bytes() + 8*p.words }
 
 func (p *keyPlane) loadSize(data []byte) (int, error) {
-	B, fixed := p.c.BlockSize, p.layerFixed()
+	fixed := p.layerFixed()
 	n := 0
-	m := make([]uint64, p.words)
+	m := make(SlotMask, p.words)
 	for l := range p.c.Layers {
 		if len(data) < n+fixed+p.sh.groups {
 			return 0, errShort(n+fixed+p.sh.groups, len(data))
@@ -388,8 +356,8 @@ func (p *keyPlane) loadSize(data []byte) (int, error) {
 		for w := range m {
 			m[w] = binary.LittleEndian.Uint64(data[n+p.sh.bytes()+8*w:])
 		}
-		if last := m[p.words-1]; B%64 != 0 && last>>uint(B%64) != 0 {
-			return 0, fmt.Errorf("layer %d's slot mask marks slot %d, past the block size %d", l, 64*(p.words-1)+63-bits.LeadingZeros64(last), B)
+		if err := m.CheckSaved(p.c, l); err != nil {
+			return 0, err
 		}
 		n += fixed
 		for g := range p.sh.groups {
@@ -398,15 +366,8 @@ func (p *keyPlane) loadSize(data []byte) (int, error) {
 			}
 			flag := data[n]
 			n++
-			lo, gn := p.groupSpan(g)
-			need := anySet(m, lo, gn) && !full(m, lo, gn)
-			switch {
-			case flag > 1:
-				return 0, fmt.Errorf("layer %d key group %d has residual flag %d, want 0 or 1", l, g, flag)
-			case need && flag == 0:
-				return 0, fmt.Errorf("layer %d key group %d is partly filled but its f16 residual is missing", l, g)
-			case !need && flag == 1:
-				return 0, fmt.Errorf("layer %d key group %d has an f16 residual but is empty or full", l, g)
+			if err := m.CheckResidual(p.c, l, g, flag); err != nil {
+				return 0, err
 			}
 			if flag == 1 {
 				if len(data) < n+p.pool.size {

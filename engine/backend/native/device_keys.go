@@ -3,8 +3,9 @@ package native
 import (
 	"encoding/binary"
 	"fmt"
-	"math/bits"
 	"unsafe"
+
+	"kvscope/engine/kvstore"
 )
 
 // devKeys keeps, on the host, the state of a device cache's Int8 or Int4
@@ -30,35 +31,14 @@ type devKeys struct {
 // residChunk is the residual slots allocated at a time.
 const residChunk = 64
 
-// span returns the first slot and the length of key group g.
-func (ks *devKeys) span(g, blockSize int) (lo, n int) {
-	lo = g * ks.group
-	return lo, min(ks.group, blockSize-lo)
+// maskOf returns layer-block lb's written-slot mask.
+func (ks *devKeys) maskOf(lb int) kvstore.SlotMask {
+	return ks.mask[lb*ks.words : (lb+1)*ks.words]
 }
 
-// full reports whether every slot of key group g of layer-block lb is written.
-func (ks *devKeys) full(lb, g, blockSize int) bool {
-	lo, n := ks.span(g, blockSize)
-	m := ks.mask[lb*ks.words : (lb+1)*ks.words]
-	for t := lo; t < lo+n; t++ {
-		if m[t/64]&(1<<uint(t%64)) == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// partial reports whether key group g of layer-block lb has some but not
-// all of its slots written: the state that holds a residual slot.
-func (ks *devKeys) partial(lb, g, blockSize int) bool {
-	lo, n := ks.span(g, blockSize)
-	m := ks.mask[lb*ks.words : (lb+1)*ks.words]
-	any := false
-	for t := lo; t < lo+n; t++ {
-		any = any || m[t/64]&(1<<uint(t%64)) != 0
-	}
-	return any && !ks.full(lb, g, blockSize)
-}
+// full reports whether every slot of key group g of layer-block lb is
+// written.
+func (c *devCache) full(lb, g int) bool { return c.keys.maskOf(lb).Full(c.cfg.KeyGroupSpan(g)) }
 
 // take returns a free residual slot, allocating a chunk when none is free;
 // the caller holds b.mu.
@@ -122,7 +102,7 @@ func (c *devCache) writeKeys(layer int, slots []int32, sp, kp uintptr) bool {
 			}
 			ks.resid[gi] = r
 			taken = append(taken, int64(gi))
-			if ks.full(lb, g, B) {
+			if c.full(lb, g) {
 				open, openR = append(open, int64(gi)), append(openR, int64(r))
 			}
 		}
@@ -137,13 +117,13 @@ func (c *devCache) writeKeys(layer int, slots []int32, sp, kp uintptr) bool {
 	}
 	for _, s := range slots {
 		lb, t := layer*c.cfg.Blocks+int(s)/B, int(s)%B
-		ks.mask[lb*ks.words+t/64] |= 1 << uint(t%64)
+		ks.maskOf(lb).Set(t)
 	}
 	var done, doneR []int64
 	for _, s := range slots {
 		lb := layer*c.cfg.Blocks + int(s)/B
 		g := int(s) % B / ks.group
-		if gi := lb*ks.groups + g; ks.resid[gi] != 0 && ks.full(lb, g, B) {
+		if gi := lb*ks.groups + g; ks.resid[gi] != 0 && c.full(lb, g) {
 			done, doneR = append(done, int64(gi)), append(doneR, int64(ks.resid[gi]))
 			// Reused only by later calls, which run after this one.
 			c.release(gi)
@@ -187,7 +167,7 @@ func (c *devCache) copyKeys(dst, src int) {
 	ks := c.keys
 	for l := range c.cfg.Layers {
 		ld, ls := l*c.cfg.Blocks+dst, l*c.cfg.Blocks+src
-		copy(ks.mask[ld*ks.words:(ld+1)*ks.words], ks.mask[ls*ks.words:(ls+1)*ks.words])
+		copy(ks.maskOf(ld), ks.maskOf(ls))
 		for g := range ks.groups {
 			gd, gs := ld*ks.groups+g, ls*ks.groups+g
 			if ks.resid[gs] == 0 {
@@ -214,7 +194,7 @@ func (c *devCache) resetKeys(block int) {
 	ks := c.keys
 	for l := range c.cfg.Layers {
 		lb := l*c.cfg.Blocks + block
-		clear(ks.mask[lb*ks.words : (lb+1)*ks.words])
+		clear(ks.maskOf(lb))
 		for g := range ks.groups {
 			c.release(lb*ks.groups + g)
 		}
@@ -228,7 +208,7 @@ func (c *devCache) saveKeys(block int, buf []byte) []byte {
 	ks := c.keys
 	for l := range c.cfg.Layers {
 		lb := l*c.cfg.Blocks + block
-		for _, w := range ks.mask[lb*ks.words : (lb+1)*ks.words] {
+		for _, w := range ks.maskOf(lb) {
 			buf = binary.LittleEndian.AppendUint64(buf, w)
 		}
 		for g := range ks.groups {
@@ -258,39 +238,29 @@ type keyState struct {
 // a slot mask naming no slot past the block, and a residual exactly for
 // the key groups partly filled.
 func (c *devCache) parseKeys(data []byte) (*keyState, error) {
-	ks, B := c.keys, c.cfg.BlockSize
-	L := c.cfg.Layers
+	ks, L := c.keys, c.cfg.Layers
 	st := &keyState{mask: make([]uint64, L*ks.words), resid: make([][]byte, L*ks.groups)}
-	// One layer's share, as ks sees it, to reuse full and partial.
-	one := &devKeys{group: ks.group, groups: ks.groups, words: ks.words}
 	n := 0
 	for l := range L {
 		if len(data) < n+8*ks.words {
 			return nil, fmt.Errorf("layer %d's key slot mask is cut short", l)
 		}
-		m := st.mask[l*ks.words : (l+1)*ks.words]
+		m := kvstore.SlotMask(st.mask[l*ks.words : (l+1)*ks.words])
 		for w := range m {
 			m[w] = binary.LittleEndian.Uint64(data[n+8*w:])
 		}
 		n += 8 * ks.words
-		if last := m[ks.words-1]; B%64 != 0 && last>>uint(B%64) != 0 {
-			return nil, fmt.Errorf("layer %d's key slot mask marks slot %d, past the block size %d", l, 64*(ks.words-1)+63-bits.LeadingZeros64(last), B)
+		if err := m.CheckSaved(c.cfg, l); err != nil {
+			return nil, err
 		}
-		one.mask = m
 		for g := range ks.groups {
 			if n >= len(data) {
 				return nil, fmt.Errorf("layer %d key group %d's residual flag is missing", l, g)
 			}
 			flag := data[n]
 			n++
-			need := one.partial(0, g, B)
-			switch {
-			case flag > 1:
-				return nil, fmt.Errorf("layer %d key group %d has residual flag %d, want 0 or 1", l, g, flag)
-			case need && flag == 0:
-				return nil, fmt.Errorf("layer %d key group %d is partly filled but its f16 residual is missing", l, g)
-			case !need && flag == 1:
-				return nil, fmt.Errorf("layer %d key group %d has an f16 residual but is empty or full", l, g)
+			if err := m.CheckResidual(c.cfg, l, g, flag); err != nil {
+				return nil, err
 			}
 			if flag == 1 {
 				if int64(len(data)-n) < ks.slotBytes {
@@ -312,7 +282,7 @@ func (c *devCache) loadKeys(block int, st *keyState) error {
 	ks := c.keys
 	for l := range c.cfg.Layers {
 		lb := l*c.cfg.Blocks + block
-		copy(ks.mask[lb*ks.words:(lb+1)*ks.words], st.mask[l*ks.words:(l+1)*ks.words])
+		copy(ks.maskOf(lb), st.mask[l*ks.words:(l+1)*ks.words])
 		for g := range ks.groups {
 			gi := lb*ks.groups + g
 			src := st.resid[l*ks.groups+g]

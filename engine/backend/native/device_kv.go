@@ -91,7 +91,7 @@ func (b *Device) NewCache(c kvstore.Config) (backend.Cache, error) {
 		}
 	}
 	if rk := raws[0]; rk.Key {
-		words := (c.BlockSize + 63) / 64
+		words := kvstore.MaskWords(c)
 		dc.keys = &devKeys{group: rk.Group, groups: rk.Groups, words: words, mem: mem,
 			mask:      make([]uint64, c.Layers*c.Blocks*words),
 			resid:     make([]uintptr, c.Layers*c.Blocks*rk.Groups),
