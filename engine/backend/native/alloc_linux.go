@@ -15,9 +15,9 @@ const hugeAlign = 2 << 20
 // where asked): a decode step streams every weight once, and with 4 KiB
 // pages its TLB misses (dear under a hypervisor's nested paging) cost a
 // third of the read rate on the development machine. owner's cleanup
-// unmaps them once owner is unreachable. Where the mapping fails, the Go
-// heap serves.
-func allocPacked(size int, owner *Packed) []byte {
+// unmaps them once owner (the Packed or ReadProbe holding them) is
+// unreachable. Where the mapping fails, the Go heap serves.
+func allocPacked[T any](size int, owner *T) []byte {
 	n := (size + hugeAlign - 1) / hugeAlign * hugeAlign
 	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
 	if err != nil {

@@ -4,4 +4,4 @@ package native
 
 // allocPacked returns size bytes for packed weights, 64-byte aligned, from
 // the Go heap.
-func allocPacked(size int, owner *Packed) []byte { return heapAligned(size) }
+func allocPacked[T any](size int, owner *T) []byte { return heapAligned(size) }

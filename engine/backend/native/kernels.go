@@ -304,16 +304,15 @@ func (l *Lib) Sum64(w []uint64) (uint64, error) {
 // huge pages where the system gives them, as the packed weights are),
 // filled once, so that a benchmark can measure again between its rounds.
 type ReadProbe struct {
-	l     *Lib
-	w     []uint64
-	owner *Packed // unmaps w once the probe is unreachable
+	l *Lib
+	w []uint64
 }
 
 // NewReadProbe allocates and fills a ReadProbe.
 func (l *Lib) NewReadProbe() *ReadProbe {
 	const size = 256 << 20
-	p := &ReadProbe{l: l, owner: &Packed{}}
-	b := allocPacked(size, p.owner)
+	p := &ReadProbe{l: l}
+	b := allocPacked(size, p) // unmapped once p is unreachable
 	p.w = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), size/8)
 	for i := range p.w {
 		p.w[i] = uint64(i)
