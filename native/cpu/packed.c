@@ -62,32 +62,32 @@ static void packed_ref(uint32_t type, const uint8_t *wp, int64_t rows, int64_t n
 }
 
 #if defined(__AVX2__) || defined(__AVX512F__)
+/* prefetch_lines asks for block i's scales and every step-th line of its
+ * codes (cb bytes a block), dist bytes of codes ahead. */
+static inline __attribute__((always_inline)) void prefetch_lines(int64_t cb, const uint8_t *codes, const uint8_t *ds,
+                                                                int64_t i, int64_t dist, int step) {
+	const char *c = (const char *)codes + cb * i + dist;
+	for (int k = 0; k < cb / 64; k += step) _mm_prefetch(c + 64 * k, _MM_HINT_T1);
+	if ((i & 1) == 0) _mm_prefetch((const char *)ds + 32 * i + dist / (cb / 32), _MM_HINT_T1);
+}
+
 /* prefetch asks for block i's codes and scales PF bytes of codes ahead. */
 static inline __attribute__((always_inline)) void prefetch(uint32_t type, const uint8_t *codes, const uint8_t *ds,
                                                           int64_t i) {
-	int64_t cb = code_bytes(type);
-	const char *c = (const char *)codes + cb * i + PF;
-	for (int k = 0; k < cb / 64; k++) _mm_prefetch(c + 64 * k, _MM_HINT_T1);
-	if ((i & 1) == 0) _mm_prefetch((const char *)ds + 32 * i + PF / (cb / 32), _MM_HINT_T1);
+	prefetch_lines(code_bytes(type), codes, ds, i, PF, 1);
 }
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 
-/* prefetch_q8_1 is the AVX-512 one-vector tile's prefetch for Q8_0 (eight
- * lines of codes a block and group): every other line, PF1 bytes ahead.
- * In A/B passes over 88 matrices of 5632×2048 on the development machine
- * it streamed 3% faster than prefetching every line PF ahead while the
- * machine read under 33 GB/s and 8% faster (never slower) in the passes
- * that caught it reading over 40; the other tiles lost up to 40% with it
- * (they take each group alone), and Q4_0's one-vector tile was level, so
- * they keep prefetch. */
+/* PF1 is how far ahead the AVX-512 one-vector tile prefetches Q8_0's codes
+ * (eight lines a block and group), and it asks for every other line. In
+ * alternating A/B passes over 88 matrices of 5632×2048 on the development
+ * machine that streamed 1.4% faster than every line PF ahead while the
+ * machine read under 33 GB/s, 3.7% at 33 to 40 and 5.3% (never slower)
+ * over 40; the other tiles lost up to 40% with it (they take each group
+ * alone), and Q4_0's one-vector tile was level, so they keep prefetch. */
 #define PF1 65536
-static inline __attribute__((always_inline)) void prefetch_q8_1(const uint8_t *codes, const uint8_t *ds, int64_t i) {
-	const char *c = (const char *)codes + 512 * i + PF1;
-	for (int k = 0; k < 8; k += 2) _mm_prefetch(c + 64 * k, _MM_HINT_T1);
-	if ((i & 1) == 0) _mm_prefetch((const char *)ds + 32 * i + PF1 / 16, _MM_HINT_T1);
-}
 
 /* dp adds, to lane m of acc, the four products of unsigned bytes u and
  * signed bytes a in lane m (u*a pairs fit int16 for the callers: u < 16,
@@ -192,7 +192,7 @@ static inline __attribute__((always_inline)) void tile1(uint32_t type, const uin
 		__m512i s0[4], s1[4];
 		for (int g = 0; g < G; g++) {
 			if (type == 2) prefetch(type, c0 + g * gstride, c0 + g * gstride + nb * cb, i);
-			else prefetch_q8_1(c0 + g * gstride, c0 + g * gstride + nb * cb, i);
+			else prefetch_lines(cb, c0 + g * gstride, c0 + g * gstride + nb * cb, i, PF1, 2);
 			s0[g] = _mm512_set1_epi32(off), s1[g] = _mm512_setzero_si512();
 		}
 		if (type == 2) {
