@@ -26,8 +26,8 @@ const chatReplyTokens = 512
 const chatHelp = "/reset clears the conversation (the system prompt stays), /system TEXT sets the system prompt (none without TEXT), //TEXT sends TEXT starting with /, /quit or end of input leaves"
 
 // chatCmd is kvscope chat: a conversation with the model, one user turn
-// per line of input, each prompt made by chat.PromptIDs so that the cache
-// serves the history.
+// per line of input, each prompt made by chat.ConversationIDs: the history
+// as the model saw it, so that the cache serves it.
 func chatCmd(args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("chat", "-m FILE [--system TEXT] [-n N] [--temp T] [--seed S]", stderr)
 	path := fs.String("m", "", "GGUF model `file`")
@@ -161,9 +161,12 @@ func (c *chatSession) handle(text string, sigs <-chan os.Signal) (quit bool) {
 // conversation as far as it got.
 func (c *chatSession) turn(text string, sigs <-chan os.Signal) error {
 	turns := conversation(c.system, c.turns, chat.Turn{Role: "user", Content: text})
-	ids, err := c.form.PromptIDs(turns, chat.Options{AddGenerationPrompt: true}, c.enc, true)
+	ids, reuse, err := c.form.ConversationIDs(turns, chat.Options{AddGenerationPrompt: true}, c.enc, true)
 	if err != nil {
 		return err
+	}
+	if reuse.Recomputed > 0 {
+		fmt.Fprintf(c.stderr, "(history re-rendered: %s recomputed; the chat template rewrote an earlier turn)\n", engine.Count(reuse.Recomputed, "token"))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -172,7 +175,7 @@ func (c *chatSession) turn(text string, sigs <-chan os.Signal) error {
 		return err
 	}
 	var reply strings.Builder
-	var gen []int
+	gen := []int{} // not nil: a reply the model ended at once still has its End
 	var final engine.Chunk
 	stopped := false
 	for done := false; !done; {
@@ -200,7 +203,7 @@ func (c *chatSession) turn(text string, sigs <-chan os.Signal) error {
 	if final.Reason == engine.FinishError {
 		return final.Err
 	}
-	c.turns = append(c.turns, chat.Turn{Role: "user", Content: text}, chat.Turn{Role: "assistant", Content: reply.String(), IDs: gen})
+	c.turns = append(c.turns, chat.Turn{Role: "user", Content: text}, chat.Turn{Role: "assistant", Content: reply.String(), IDs: gen, End: final.End})
 	why := string(final.Reason)
 	switch {
 	case stopped || final.Reason == engine.FinishCancelled:

@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"kvscope/engine"
 	"kvscope/engine/gguf"
 	"kvscope/engine/quant"
 	"kvscope/engine/synth"
 	"kvscope/engine/tokenizer"
+	"kvscope/internal/chattest"
 	"kvscope/internal/testshared"
 )
 
@@ -133,6 +135,39 @@ func TestChatCommand(t *testing.T) {
 				t.Errorf("a reply shows <|im_end|>: %q", stdout)
 			}
 		})
+	}
+}
+
+// TestChatKeepsTheHistoryOnInstTemplates runs the conversation,
+// printf 'Once upon a time\nThe dog ran\nA cat sat\n' | kvscope chat -m
+// FILE --temp 0 -n 40, on stories260K carrying Llama 2's [INST] template
+// (which strips each reply and puts a space before it): turns 2 and 3 find
+// the whole history in the cache, within one block, and nothing is
+// re-rendered.
+func TestChatKeepsTheHistoryOnInstTemplates(t *testing.T) {
+	path := chattest.File(t, "models/stories260K.gguf", chattest.Llama2)
+	code, stdout, stderr := chatWith(t, "Once upon a time\nThe dog ran\nA cat sat\n", "-m", path, "--temp", "0", "-n", "40")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	if !strings.Contains(stderr, "format from the file") {
+		t.Errorf("stderr does not name the file's template:\n%s", stderr)
+	}
+	if strings.Contains(stderr, "re-rendered") {
+		t.Errorf("the history was re-rendered:\n%s", stderr)
+	}
+	lines := cachedLine.FindAllStringSubmatch(stderr, -1)
+	if len(lines) != 3 {
+		t.Fatalf("%d turns reported, want 3:\n%s", len(lines), stderr)
+	}
+	block := engine.DefaultConfig().Cache.BlockSize
+	num := func(k, i int) int { v, _ := strconv.Atoi(lines[k-1][i]); return v }
+	for k := 2; k <= 3; k++ {
+		history := num(k-1, 2) + num(k-1, 3) // the last prompt and its reply
+		if num(k, 1) < history-block {
+			t.Errorf("turn %d: cached %d of %d; the history before it is %d tokens: want it within a block of %d", k, num(k, 1), num(k, 2), history, block)
+		}
 	}
 }
 

@@ -72,6 +72,11 @@ type Chunk struct {
 	// Usage, when Done: prompt tokens, of which reused from the prefix
 	// cache, and generated tokens.
 	PromptTokens, CachedTokens, Generated int
+	// End, when Done, holds the end-of-generation token the model ended
+	// the sample on (it is in no other chunk); nil where a length limit,
+	// a stop string, a cancellation or an error ended it. A conversation
+	// keeps it after the reply, as the model generated it.
+	End []int
 	// Computed, when Done, counts the token rows the model computed for
 	// this sample (prompt rows not found in the cache, recomputations
 	// after preemption, and one per decoded token).

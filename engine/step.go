@@ -57,6 +57,7 @@ type seqState struct {
 	admitted   bool
 	first      time.Time // first generated token
 	done       bool
+	end        []int // the end-of-generation token that ended it
 }
 
 // startSample creates sample i of rs: a new sequence for sample 0, or a fork
@@ -228,6 +229,7 @@ func (e *Engine) sampleNext(s *seqState, logits []float32) {
 		s.first = time.Now()
 	}
 	if !rs.req.IgnoreEOS && e.tok.IsEOG(tok) {
+		s.end = []int{tok}
 		e.finish(s, FinishStop, nil)
 		return
 	}
@@ -297,7 +299,7 @@ func (e *Engine) finish(s *seqState, reason FinishReason, err error) {
 		rs.stream.push(Chunk{Sample: s.index, Token: -1, Text: tail})
 	}
 	rs.stream.push(Chunk{Sample: s.index, Token: -1, Done: true, Reason: reason, Err: err,
-		PromptTokens: len(rs.prompt), CachedTokens: rs.cached, Generated: s.generated, Computed: s.computed})
+		PromptTokens: len(rs.prompt), CachedTokens: rs.cached, Generated: s.generated, Computed: s.computed, End: s.end})
 	text := fmt.Sprintf("%s sample %d finished (%s) after %s", rs.name(), s.index, reason, Count(s.generated, "token"))
 	if err != nil {
 		text += ": " + err.Error()

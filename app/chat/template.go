@@ -142,7 +142,7 @@ func (p *Prompter) Turns(c store.Conversation, upTo int) []echat.Turn {
 	for _, m := range c.Messages[:upTo] {
 		t := echat.Turn{Role: m.Role, Content: m.Text}
 		if m.Role == "assistant" && m.Vocab == p.vocab && len(m.IDs) > 0 {
-			t.IDs = m.IDs
+			t.IDs, t.End = m.IDs, m.End
 		}
 		turns = append(turns, t)
 	}

@@ -9,6 +9,7 @@ import (
 	echat "kvscope/engine/chat"
 	"kvscope/engine/gguf"
 	"kvscope/engine/tokenizer"
+	"kvscope/internal/chattest"
 	"kvscope/internal/testshared"
 )
 
@@ -108,6 +109,47 @@ func TestPrompterReusesReplyIDs(t *testing.T) {
 	}
 	if slices.Equal(other, second) || pieces(cm.tok, other) != pieces(cm.tok, second) {
 		t.Errorf("with a foreign vocabulary's ids the prompt is %v (text %q), want the same text from the reply's text", other, pieces(cm.tok, other))
+	}
+}
+
+// On Llama 2's [INST] template, which strips each reply and puts a space
+// before it, the next prompt still starts with the previous prompt, the
+// reply's ids and the end-of-generation token it ended on, as saved.
+func TestPrompterKeepsInstHistory(t *testing.T) {
+	f, err := gguf.Parse(chattest.WithTemplate(t, "models/stories260K.gguf", chattest.Llama2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	form, err := echat.FromGGUF(f, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := NewPrompter(form, tok, "")
+	reply := tok.Encode("Once there was a dog", false, false) // with SPM's space prefix, as generated after "[/INST]"
+	c := store.Conversation{Messages: []store.Message{
+		{Role: "user", Text: "Once upon a time"},
+		{Role: "assistant", Text: "Once there was a dog", IDs: reply, End: store.TokenIDs{tok.EOS()}, Vocab: pr.Vocab()},
+		{Role: "user", Text: "The dog ran"},
+		{Role: "assistant"},
+	}}
+	first, err := pr.IDs(c, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := pr.IDs(c, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := append(append(slices.Clone(first), reply...), tok.EOS())
+	if !slices.Equal(second[:min(len(prefix), len(second))], prefix) {
+		t.Errorf("turn 2's prompt\n%v\ndoes not start with turn 1's prompt, reply and end\n%v", second, prefix)
+	}
+	if got := tok.Decode(second[len(prefix):]); !strings.Contains(got, "[INST] The dog ran [/INST]") {
+		t.Errorf("turn 2's new part decodes to %q", got)
 	}
 }
 

@@ -40,9 +40,13 @@ type Message struct {
 	// produced them, so that the next prompt holds exactly the ids the
 	// prefix cache holds; Vocab names the vocabulary they belong to (see
 	// package app/chat), and ids of another vocabulary are not used.
-	IDs   TokenIDs  `json:"ids,omitempty"`
-	Vocab string    `json:"vocab,omitempty"`
-	Time  time.Time `json:"time"`
+	IDs   TokenIDs `json:"ids,omitempty"`
+	Vocab string   `json:"vocab,omitempty"`
+	// End is the end-of-generation token the model ended the reply on
+	// (none where it was cut short): the next prompt holds it after IDs
+	// where the template writes it.
+	End  TokenIDs  `json:"end,omitempty"`
+	Time time.Time `json:"time"`
 }
 
 // TokenIDs are token ids. They are saved as one string of decimal numbers

@@ -59,17 +59,22 @@
 //
 // A chat sends the whole conversation again each turn, and the engine's
 // prefix cache serves the part it has seen, block by block, as long as the
-// new prompt's ids start with the old ones. Tokenizing a reply's text again
-// need not give the ids the model generated (a word it spelled in pieces
-// comes back whole), so PromptIDs takes each reply's generated ids
-// (Turn.IDs) and puts them in place of its content's tokens, with the
-// text before them ending its run there and the text after them encoded as
-// a continuation: the next prompt then starts with exactly the previous
-// prompt and reply, and only the end-of-turn marker, the new message and
-// the template around it are computed. llama.cpp's server keeps the ids of
-// a reply for the same reason. For plain completion, PromptIDs makes the
-// app's plain conversation text (the system prompt and a blank line, each
-// user message on a new line, each reply continuing its message).
+// new prompt's ids start with the old ones. Tokenizing the rendering again
+// need not give the ids the model read and wrote (a word it spelled in
+// pieces comes back whole; a template that trims a reply or puts a space
+// before it makes SentencePiece merge that space into another token), so
+// ConversationIDs keeps the conversation as the model saw it: each earlier
+// prompt's ids as computed, each reply's generated ids (Turn.IDs) and the
+// end-of-generation token it ended on (Turn.End), and after them only the
+// tokens of what the next rendering adds. The next prompt then starts with
+// exactly the previous prompt and reply, and only the end-of-turn text, the
+// new message and the template around it are computed. Where a template
+// rewrites an earlier turn (as reasoning templates that drop a reply's
+// thinking do), the renderings stop extending each other, the prompt is
+// tokenized afresh from there, and Reuse.Recomputed says how many history
+// ids that cost. For plain completion, the prompt is the app's plain
+// conversation text (the system prompt and a blank line, each user
+// message on a new line, each reply continuing its message).
 //
 // # Without a template
 //

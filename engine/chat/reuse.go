@@ -3,6 +3,8 @@ package chat
 import (
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"kvscope/engine/tokenizer"
 )
@@ -14,10 +16,13 @@ type Turn struct {
 	Role string
 	// Content is the turn's text: for a reply, its ids decoded.
 	Content string
-	// IDs, when not nil, stand for Content's tokens in PromptIDs: the ids
-	// the model generated for the reply, without the end-of-generation
-	// token that ended it.
+	// IDs, when not nil, are the ids the model generated for the reply,
+	// without the end-of-generation token that ended it. The prompts
+	// after it hold them as they are.
 	IDs []int
+	// End, with IDs, holds the end-of-generation token the model ended
+	// the reply on (engine.Chunk.End): nil where the reply was cut short.
+	End []int
 }
 
 // continuer is an Encoder that can encode text continuing earlier tokens,
@@ -27,80 +32,220 @@ type continuer interface {
 	EncodeContinuation(text string, parseSpecial bool) []int
 }
 
-// PromptIDs renders turns with the template and returns the prompt's token
-// ids, with each assistant turn's IDs in place of its content's tokens, so
-// that the next turn's prompt starts with exactly the ids the cache already
-// holds.
+// Reuse says how a conversation's prompt holds its history.
+type Reuse struct {
+	// Kept counts the ids at the prompt's start that are the history as
+	// the model saw it: the earlier prompts as computed, the replies as
+	// generated, end-of-generation tokens included.
+	Kept int
+	// Recomputed counts the history's ids that were tokenized again from
+	// a fresh rendering because the renderings stopped extending each
+	// other (a template that rewrites an earlier turn, such as one that
+	// drops a reply's reasoning): those positions miss the prefix cache.
+	Recomputed int
+}
+
+// PromptIDs is ConversationIDs without its Reuse.
+func (f *Formatter) PromptIDs(turns []Turn, opt Options, enc Encoder, addBOS bool) ([]int, error) {
+	ids, _, err := f.ConversationIDs(turns, opt, enc, addBOS)
+	return ids, err
+}
+
+// ConversationIDs returns the prompt of turns as token ids: the
+// conversation as the model saw it, followed by the tokens of what the
+// newest turns add to the rendering.
 //
-// Re-tokenizing a reply's text can split it differently from the ids the
-// model generated, and then the prefix cache stops matching at that reply;
-// llama.cpp's server, with cache_prompt, keeps the ids for that reason.
-// Text is tokenized as Tokenize does (control tokens from template text
-// only; the text between two control tokens as one piece) except that a
-// turn's IDs end the piece before them, and the text after them is encoded
-// as a continuation (with no SPM space prefix). The IDs are used where the
-// rendering holds the turn's whole content (between its leading and
-// trailing white space; white space the template trims off a reply's edges
-// comes back with its IDs, as the model wrote them): where the template
-// cut or changed the content, that text is tokenized instead, and where
-// message text could not be told apart at all (Prompt.Tracked false), the
-// whole prompt is tokenized as Tokenize does and no IDs are used. Where the
-// template drops the system role, a user turn merged with system text
-// loses its IDs (a reply never is merged).
+// Re-tokenizing a conversation's rendering need not give the ids the
+// model read and wrote: a reply tokenized again can split differently
+// from the ids generated, and a template that trims a reply or puts a
+// space before it ([INST] … [/INST] reply) changes the text around it, so
+// SentencePiece merges that space into another token. Either way the
+// prefix cache stops matching at that reply. So the prompt is built turn
+// by turn, as the conversation went: the prompt before the first reply
+// with IDs is its rendering tokenized (Tokenize); then, at each such
+// reply, the ids so far are followed by the reply's IDs and End, and by
+// the tokens of the text that the rendering up to the next reply (or, at
+// last, the whole rendering) adds after it. The reply's own text is
+// matched against the rendering with white space at its edges and before
+// the end token's text ignored, as templates trim and re-space replies;
+// an End the template does not write is dropped. The added text is
+// tokenized as Tokenize does (control tokens from template text only),
+// the first run as a continuation (no SPM space prefix).
+//
+// Where a rendering does not extend the previous one (the template
+// rewrote an earlier turn, cut a reply, or a reply's prefix does not
+// render), the prompt falls back to the fresh rendering tokenized from
+// there on, and Reuse.Recomputed counts the history ids that changed.
+// llama.cpp's server and vLLM tokenize the whole rendering each turn, and
+// their caches stop at the first changed token; keeping the ids keeps the
+// whole history cached.
 //
 // Plain completion (ModeCompletion, a model with no chat format) makes the
 // prompt the app's plain conversation text: the system turns' trimmed
 // contents (joined by newlines) and a blank line, then the other turns'
 // contents in order, each user turn after the first on a new line and each
-// reply continuing the text before it. All of it is message text (control
-// tokens stay text; user-defined tokens are still found), and
+// reply continuing the text before it (its IDs in place of its text; End
+// is not part of that text). All of it is message text (control tokens
+// stay text; user-defined tokens are still found), and
 // opt.AddGenerationPrompt has nothing to add. With addBOS, BOS comes first
 // when the vocabulary asks for it.
-func (f *Formatter) PromptIDs(turns []Turn, opt Options, enc Encoder, addBOS bool) ([]int, error) {
+func (f *Formatter) ConversationIDs(turns []Turn, opt Options, enc Encoder, addBOS bool) ([]int, Reuse, error) {
+	if len(turns) > maxMessages {
+		return nil, Reuse{}, fmt.Errorf("%d messages: at most %d can be rendered", len(turns), maxMessages)
+	}
 	msgs := make([]Message, len(turns))
 	for i, t := range turns {
+		if t.Role == "" {
+			return nil, Reuse{}, fmt.Errorf("message %d has no role", i)
+		}
 		msgs[i] = Message{Role: t.Role, Content: t.Content}
 	}
-	if len(msgs) > maxMessages {
-		return nil, fmt.Errorf("%d messages: at most %d can be rendered", len(msgs), maxMessages)
-	}
-	for i, m := range msgs {
-		if m.Role == "" {
-			return nil, fmt.Errorf("message %d has no role", i)
-		}
-	}
-	b := idBuilder{enc: enc}
-	if addBOS && enc.AddBOS() && enc.BOS() >= 0 {
-		b.ids = append(b.ids, enc.BOS())
-	}
 	if f.mode == ModeCompletion {
-		plainIDs(&b, turns)
-		return b.finish(), nil
-	}
-	ps, tracked, origin, err := f.pieces(msgs, opt)
-	if err != nil {
-		return nil, err
-	}
-	if !tracked {
-		return Tokenize(&Prompt{Segments: join(ps), Tracked: false}, enc, addBOS), nil
-	}
-	for _, p := range ps {
-		switch {
-		case p.Special:
-			b.special(p.Text)
-		case p.whole && origin[p.msg] >= 0 && turns[origin[p.msg]].IDs != nil:
-			t := turns[origin[p.msg]]
-			lead, _, trail := core(t.Content)
-			b.reply(t.IDs, lead, trail)
-		default:
-			b.text(p.Text)
+		b := idBuilder{enc: enc}
+		if addBOS && enc.AddBOS() && enc.BOS() >= 0 {
+			b.ids = append(b.ids, enc.BOS())
 		}
+		kept := plainIDs(&b, turns)
+		return b.finish(), Reuse{Kept: kept}, nil
 	}
-	return b.finish(), nil
+	h := history{enc: enc, addBOS: addBOS}
+	gen := opt
+	gen.AddGenerationPrompt = true
+	for a, t := range turns {
+		if t.Role != "assistant" || t.IDs == nil || a == 0 {
+			continue
+		}
+		p, err := f.Render(msgs[:a], gen)
+		if err != nil {
+			continue // that prompt never was: the reply stays text
+		}
+		h.extend(p)
+		h.reply(t)
+	}
+	p, err := f.Render(msgs, opt)
+	if err != nil {
+		return nil, Reuse{}, err
+	}
+	h.extend(p)
+	return h.ids, h.reuse, nil
 }
 
-// plainIDs adds the plain-completion prompt of turns to b (see PromptIDs).
-func plainIDs(b *idBuilder, turns []Turn) {
+// history is a conversation's ids as ConversationIDs builds them, and the
+// text they stand for.
+type history struct {
+	enc    Encoder
+	addBOS bool
+	ids    []int
+	// prompt is the rendering the ids stand for up to the last reply, and
+	// content and endText that reply's text and its End's; end is End,
+	// held back until the next rendering shows the template writes it.
+	prompt, content, endText string
+	end                      []int
+	started                  bool
+	reuse                    Reuse
+}
+
+// reply adds a reply the model generated after the current prompt.
+func (h *history) reply(t Turn) {
+	h.ids = append(h.ids, t.IDs...)
+	h.content, h.end, h.endText = t.Content, t.End, ""
+	for _, id := range t.End {
+		h.endText += h.enc.Token(id)
+	}
+	h.reuse.Kept = len(h.ids)
+}
+
+// extend makes the ids stand for the rendering p: the tokens of what p
+// adds after the reply are appended, or, where p does not extend the
+// text so far, p is tokenized afresh.
+func (h *history) extend(p *Prompt) {
+	text := p.Text()
+	if !h.started {
+		h.started = true
+		h.ids, h.prompt = Tokenize(p, h.enc, h.addBOS), text
+		return
+	}
+	k, ok := -1, strings.HasPrefix(text, h.prompt)
+	if ok {
+		k, ok = alignReply(text, len(h.prompt), h.content)
+	}
+	if ok && h.endText != "" {
+		if e, found := alignReply(text, k, h.endText); found {
+			h.ids, k = append(h.ids, h.end...), e
+		}
+	}
+	h.end, h.content, h.endText = nil, "", ""
+	if ok {
+		h.reuse.Kept = len(h.ids)
+	} else {
+		fresh := Tokenize(p, h.enc, h.addBOS)
+		same := 0
+		for same < len(fresh) && same < len(h.ids) && fresh[same] == h.ids[same] {
+			same++
+		}
+		h.reuse.Recomputed += len(h.ids) - same
+		h.reuse.Kept = min(h.reuse.Kept, same)
+		h.ids, h.prompt = fresh, text
+		return
+	}
+	b := idBuilder{enc: h.enc, ids: h.ids, after: true}
+	for _, s := range segmentsFrom(p.Segments, k) {
+		if s.Special {
+			b.special(s.Text)
+		} else {
+			b.text(s.Text)
+		}
+	}
+	h.ids, h.prompt = b.finish(), text
+}
+
+// alignReply matches want against text from byte at, ignoring white space
+// on either side wherever the two differ (templates trim replies and put
+// spaces around them), and returns where the match ends in text.
+func alignReply(text string, at int, want string) (int, bool) {
+	i, j := 0, at
+	for i < len(want) {
+		r, n := utf8.DecodeRuneInString(want[i:])
+		if j < len(text) {
+			r2, n2 := utf8.DecodeRuneInString(text[j:])
+			if r == r2 {
+				i, j = i+n, j+n2
+				continue
+			}
+			if unicode.IsSpace(r2) {
+				j += n2
+				continue
+			}
+		}
+		if !unicode.IsSpace(r) {
+			return 0, false
+		}
+		i += n
+	}
+	return j, true
+}
+
+// segmentsFrom returns the segments after byte k of their joined text.
+func segmentsFrom(segs []Segment, k int) []Segment {
+	var out []Segment
+	for _, s := range segs {
+		switch {
+		case k >= len(s.Text):
+			k -= len(s.Text)
+		case k > 0:
+			out = append(out, Segment{Text: s.Text[k:], Special: s.Special})
+			k = 0
+		default:
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// plainIDs adds the plain-completion prompt of turns to b (see
+// ConversationIDs) and returns how many of its ids end with the last
+// reply's.
+func plainIDs(b *idBuilder, turns []Turn) (kept int) {
 	var system []string
 	for _, t := range turns {
 		if t.Role == "system" {
@@ -123,10 +268,12 @@ func plainIDs(b *idBuilder, turns []Turn) {
 		i++
 		if t.IDs != nil {
 			b.add(t.IDs)
+			kept = len(b.ids)
 		} else {
 			b.text(t.Content)
 		}
 	}
+	return kept
 }
 
 // idBuilder collects a prompt's ids: text runs between control tokens
@@ -136,25 +283,13 @@ type idBuilder struct {
 	ids   []int
 	run   []byte // text since the last control token or given ids
 	after bool   // the run continues given ids
-	skip  string // white space the given ids already hold, to drop from the next text
 }
 
 // text adds message text (no control tokens found in it).
-func (b *idBuilder) text(s string) { b.run = append(b.run, b.skipped(s)...) }
-
-// skipped is s without the white space at its start that the last ids
-// hold.
-func (b *idBuilder) skipped(s string) string {
-	if b.skip != "" {
-		s = strings.TrimPrefix(s, b.skip)
-		b.skip = ""
-	}
-	return s
-}
+func (b *idBuilder) text(s string) { b.run = append(b.run, s...) }
 
 // special adds template text: its control tokens end the run.
 func (b *idBuilder) special(s string) {
-	s = b.skipped(s)
 	rest := s
 	for _, id := range b.enc.Encode(s, false, true) {
 		if b.enc.Type(id) != tokenizer.TypeControl {
@@ -176,21 +311,9 @@ func (b *idBuilder) special(s string) {
 
 // add adds ids as they are.
 func (b *idBuilder) add(ids []int) {
-	b.skip = ""
 	b.flush()
 	b.ids = append(b.ids, ids...)
 	b.after = true
-}
-
-// reply adds a reply's ids in place of its content, whose leading and
-// trailing white space they hold: where the text beside them has that
-// white space (the template kept it, or wrote the same), it is dropped.
-func (b *idBuilder) reply(ids []int, lead, trail string) {
-	if n := len(b.run) - len(lead); lead != "" && n >= 0 && string(b.run[n:]) == lead {
-		b.run = b.run[:n]
-	}
-	b.add(ids)
-	b.skip = trail
 }
 
 // flush encodes the run: as a continuation when it follows given ids.

@@ -32,7 +32,10 @@ const FinishError = string(engine.FinishError)
 type Progress struct {
 	Text string // the reply's text so far
 	IDs  []int  // the token ids generated so far (the Progress's own copy)
-	TPS  float64
+	// End, when Done, is the end-of-generation token the model ended the
+	// reply on (engine.Chunk.End).
+	End []int
+	TPS float64
 
 	// Done says the reply has ended: no report follows. Finish then says
 	// how ("stop", "length", "cancelled" or "error"), and Err, when not
@@ -53,6 +56,9 @@ type Progress struct {
 func (p Progress) Apply(m *store.Message, vocab string) {
 	n := len(p.IDs)
 	m.Text, m.Tokens, m.IDs, m.Vocab = p.Text, n, p.IDs, vocab
+	if p.Done {
+		m.End = p.End
+	}
 	if p.TPS > 0 {
 		m.TPS = p.TPS
 	}
@@ -154,7 +160,7 @@ func (t *Turn) run(ctx context.Context, e *engine.Engine, prompt func() ([]int, 
 		text.WriteString(ch.Text)
 		if ch.Done {
 			p := progress()
-			p.Done, p.Finish = true, string(ch.Reason)
+			p.Done, p.Finish, p.End = true, string(ch.Reason), slices.Clone(ch.End)
 			if ch.Err != nil {
 				p.Err = ch.Err.Error()
 			}
