@@ -68,6 +68,7 @@ type item struct {
 // choiceState follows one choice of a request.
 type choiceState struct {
 	text      []byte
+	ids       []int // the tokens generated
 	final     engine.Chunk
 	done      bool
 	lastToken time.Time
@@ -136,6 +137,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 			}
 			ch.lastToken = now
 			ch.text = append(ch.text, it.c.Text...)
+			ch.ids = append(ch.ids, it.c.Token)
 			if sse != nil && it.c.Text != "" {
 				sse.send(s.chunk(g, id, idx, map[string]any{"content": it.c.Text}, it.c.Text, nil))
 			}
@@ -153,6 +155,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 	}
 	u := s.account(g, choices, start)
 	s.served.Add(1)
+	s.rememberReplies(g, choices)
 	if sse != nil {
 		if g.includeUsage {
 			sse.send(map[string]any{"id": id, "object": g.object(true), "created": time.Now().Unix(), "model": s.model, "choices": []any{}, "usage": u})
@@ -177,6 +180,21 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 		list[i] = c
 	}
 	writeJSON(w, map[string]any{"id": id, "object": g.object(false), "created": time.Now().Unix(), "model": s.model, "choices": list, "usage": u})
+}
+
+// rememberReplies keeps the chat replies that ended on an
+// end-of-generation token or a length limit (a stop string's tokens are
+// not in the text the client gets back), for the requests that continue
+// their conversations.
+func (s *Server) rememberReplies(g *genRequest, choices []choiceState) {
+	if !g.chat {
+		return
+	}
+	for _, ch := range choices {
+		if ch.final.End != nil || ch.final.Reason == engine.FinishLength && ch.final.Err == nil {
+			s.replies.remember(g.turns, string(ch.text), ch.ids, ch.final.End)
+		}
+	}
 }
 
 // account records a finished request in the metrics and returns its usage.

@@ -15,10 +15,11 @@ import (
 // genRequest is a parsed completion request.
 type genRequest struct {
 	chat         bool
-	prompts      [][]int // token ids, one prompt per entry (chat: one)
-	label        string  // "API: <first words>"
-	n            int     // choices per prompt
-	maxTokens    int     // asked for; 0: as many as fit
+	prompts      [][]int     // token ids, one prompt per entry (chat: one)
+	turns        []chat.Turn // chat: the messages, to remember the replies by
+	label        string      // "API: <first words>"
+	n            int         // choices per prompt
+	maxTokens    int         // asked for; 0: as many as fit
 	stop         []string
 	sampling     sample.Params
 	stream       bool
@@ -228,11 +229,12 @@ func (s *Server) chatPrompt(f fields, g *genRequest) (string, *apiError) {
 			last = content
 		}
 	}
+	s.replies.fill(turns)
 	ids, err := s.form.PromptIDs(turns, chat.Options{AddGenerationPrompt: true}, s.e.Tokenizer(), true)
 	if err != nil {
 		return "", badRequest("messages", "", "the chat template could not render the messages: %v", err)
 	}
-	g.prompts = [][]int{ids}
+	g.prompts, g.turns = [][]int{ids}, turns
 	return last, nil
 }
 

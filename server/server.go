@@ -79,6 +79,7 @@ type Server struct {
 	created int64
 
 	slots   chan struct{} // one token per completion request in flight
+	replies replies       // chat replies, for the requests that continue them
 	metrics *metrics
 	mux     *http.ServeMux
 
