@@ -198,6 +198,7 @@ func TestGuardRefusesWebPages(t *testing.T) {
 		webReq{name: "events from " + mine, method: "GET", path: "/v1/kvcache/events", header: from(mine), want: 200},
 		webReq{name: "events without an Origin", method: "GET", path: "/v1/kvcache/events", want: 200},
 		webReq{name: "snapshot from " + mine, method: "GET", path: "/v1/kvcache/snapshot", header: from(mine), want: 200},
+		webReq{name: "metrics from " + mine, method: "GET", path: "/metrics", header: from(mine), want: 200},
 		webReq{name: "health from " + mine, method: "GET", path: "/health", host: "[::1]:1", header: from(mine), want: 200},
 	)
 	checkGuarded(t, ts, e, s, "", cases)
