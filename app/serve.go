@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/container"
@@ -47,8 +48,11 @@ type serveView struct {
 	toggle *widget.Check
 	addr   *widget.Entry
 	key    *widget.Entry
-	line   *widget.Label // what the server does, or why it is off
-	root   fyne.CanvasObject
+	// origins are the web origins whose pages may call the server
+	// (comma- or space-separated); requests from any other page are refused.
+	origins *widget.Entry
+	line    *widget.Label // what the server does, or why it is off
+	root    fyne.CanvasObject
 
 	run     *serving // the server on (starting, running or stopping); nil when off
 	setting bool     // the toggle is being set from here: do not act
@@ -71,12 +75,15 @@ func newServeView(a *App) *serveView {
 	v.addr.SetText(DefaultServeAddr)
 	v.key = widget.NewPasswordEntry()
 	v.key.SetPlaceHolder("needed on an address other than loopback (default $" + server.APIKeyEnv + ")")
+	v.origins = widget.NewEntry()
+	v.origins.SetPlaceHolder("web pages that may call the server, such as http://localhost:3000 (none: all refused)")
 	v.line = widget.NewLabel("Off. Outside clients (the openai SDKs, Open WebUI, editors' assistants) can use the model running here; their requests show in the heatmap as \"API: <first words>\".")
 	v.line.Wrapping = fyne.TextWrapWord
 	form := widget.NewForm(
 		widget.NewFormItem("Server", v.toggle),
 		widget.NewFormItem("Address", v.addr),
 		widget.NewFormItem("API key", v.key),
+		widget.NewFormItem("Allowed origins", v.origins),
 	)
 	v.root = container.NewVBox(widget.NewSeparator(), form, v.line)
 	return v
@@ -86,11 +93,12 @@ func newServeView(a *App) *serveView {
 // package server's handler over the app's engine, which moves to the new
 // engine when the app reloads its model.
 type serving struct {
-	want  string // the address asked for
-	key   string
-	cur   atomic.Pointer[server.Server] // answers the requests now
-	quit  chan struct{}                 // closed to stop the server
-	ended chan struct{}                 // closed when it has stopped
+	want    string // the address asked for
+	key     string
+	origins []string                      // the web origins allowed
+	cur     atomic.Pointer[server.Server] // answers the requests now
+	quit    chan struct{}                 // closed to stop the server
+	ended   chan struct{}                 // closed when it has stopped
 
 	mu  sync.Mutex
 	old []*server.Server // the servers on engines the app replaced: what they served still counts
@@ -184,13 +192,14 @@ func (sv *serving) life(listening func(bound string), counted func(n uint64), st
 	stopped(failed, sv.served())
 }
 
-// newServer makes package server's handler over e, which runs l.
-func newServer(e *engine.Engine, l *loaded, key string) (*server.Server, string, error) {
+// newServer makes package server's handler over e, which runs l, with the
+// key and the origins of sv.
+func newServer(e *engine.Engine, l *loaded, sv *serving) (*server.Server, string, error) {
 	id := "kvscope-demo"
 	if l != nil && l.path != DemoModel {
 		id = strings.TrimSuffix(filepath.Base(l.path), filepath.Ext(l.path))
 	}
-	cfg := server.Config{Engine: e, ModelID: id, APIKey: key}
+	cfg := server.Config{Engine: e, ModelID: id, APIKey: sv.key, AllowedOrigins: sv.origins}
 	if l != nil {
 		cfg.Format = l.format // the chat pane's template: the same prompts as the chats
 	}
@@ -199,8 +208,9 @@ func newServer(e *engine.Engine, l *loaded, key string) (*server.Server, string,
 }
 
 // start turns the server on over the engine in use, on the address typed
-// (UI goroutine). A refusal says why and puts the toggle back off; the
-// typed address and key stay as they are.
+// (UI goroutine), answering web pages only from the origins typed. A
+// refusal says why and puts the toggle back off; the typed address, key
+// and origins stay as they are.
 func (v *serveView) start() {
 	if v.run != nil || v.closed {
 		return
@@ -223,17 +233,28 @@ func (v *serveView) start() {
 		}
 		return
 	}
-	srv, id, err := newServer(e, v.a.mdl, key)
+	origins := splitOrigins(v.origins.Text)
+	if err := server.CheckOrigins(origins, key != ""); err != nil {
+		if errors.Is(err, server.ErrWildcardNeedsKey) {
+			v.refuse("Allowed origins: \"*\" lets every web page call the server: give an API key too, or list the origins.")
+		} else {
+			v.refuse("Allowed origins: " + err.Error() + ".")
+		}
+		return
+	}
+	sv := &serving{want: addr, key: key, origins: origins, quit: make(chan struct{}), ended: make(chan struct{})}
+	srv, id, err := newServer(e, v.a.mdl, sv)
 	if err != nil {
 		v.refuse("The server cannot start: " + err.Error() + ".")
 		return
 	}
-	sv := &serving{want: addr, key: key, model: id, quit: make(chan struct{}), ended: make(chan struct{})}
+	sv.model = id
 	sv.cur.Store(srv)
 	v.run = sv
 	v.toggle.Disable() // until it listens, or says why it cannot
 	v.addr.Disable()
 	v.key.Disable()
+	v.origins.Disable()
 	v.say(widget.MediumImportance, "Starting on "+addr+"…")
 	go sv.life(
 		func(bound string) { uithread.Do(func() { v.listening(sv, bound) }) },
@@ -275,6 +296,9 @@ func (v *serveView) showRunning(sv *serving, n uint64, note string) {
 	if sv.key != "" {
 		note = " Clients must send the API key." + note
 	}
+	if len(sv.origins) > 0 {
+		note = " Web pages from " + strings.Join(sv.origins, ", ") + " may call it." + note
+	}
 	if sv.moved {
 		// Said with every count, so that a count does not wipe it.
 		note += " It moved to the reloaded model."
@@ -307,6 +331,7 @@ func (v *serveView) stopped(sv *serving, err error, n uint64) {
 	v.toggle.Enable()
 	v.addr.Enable()
 	v.key.Enable()
+	v.origins.Enable()
 	switch {
 	case err != nil && errors.Is(err, syscall.EADDRINUSE):
 		v.say(widget.DangerImportance, fmt.Sprintf("%s is in use by another program: choose another port (port 0 picks a free one).", sv.want))
@@ -330,7 +355,7 @@ func (v *serveView) moveTo(e *engine.Engine, l *loaded) {
 	if sv == nil || sv.stopping {
 		return
 	}
-	srv, id, err := newServer(e, l, sv.key)
+	srv, id, err := newServer(e, l, sv)
 	if err != nil {
 		v.stop("it cannot run on the new model (" + err.Error() + ")")
 		return
@@ -382,4 +407,9 @@ func (v *serveView) setToggle(on bool) {
 func (v *serveView) say(imp widget.Importance, msg string) {
 	v.line.Importance = imp
 	v.line.SetText(msg)
+}
+
+// splitOrigins returns the origins typed, which commas or spaces separate.
+func splitOrigins(text string) []string {
+	return strings.FieldsFunc(text, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 }

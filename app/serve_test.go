@@ -278,3 +278,99 @@ func TestServerFollowsReloadAndStopsOnClose(t *testing.T) {
 	uithread.Locked(a.Close)
 	closed(t, addr)
 }
+
+// Must show of issue 24 for the app: the server toggle refuses web pages
+// whose origin is not in its Allowed origins field, and a Host other than
+// loopback (DNS rebinding); the origins typed reach the server, which
+// answers them with CORS headers; "*" without a key is refused at start.
+func TestServerToggleAllowsOnlyTheOriginsTyped(t *testing.T) {
+	t.Setenv(server.APIKeyEnv, "")
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	v := a.controls.serve
+	uithread.Locked(func() {
+		a.tabs.Select(a.tabControls)
+		v.addr.SetText("127.0.0.1:0")
+		v.origins.SetText("*")
+		test.Tap(v.toggle)
+	})
+	uithread.WaitFor(t, `the toggle to refuse "*" without a key`, func() bool { return v.run == nil && !v.toggle.Checked })
+	uithread.Locked(func() {
+		if !strings.Contains(v.Line(), "give an API key too") || v.origins.Text != "*" || v.origins.Disabled() {
+			t.Errorf(`"*" without a key: %q, the field %q (disabled %v)`, v.Line(), v.origins.Text, v.origins.Disabled())
+		}
+	})
+
+	const mine, theirs = "http://localhost:3000", "https://ui.example"
+	uithread.Locked(func() { v.origins.SetText(mine + ", " + theirs) })
+	addr := serveOn(t, a, "127.0.0.1:0")
+	uithread.Locked(func() {
+		if !v.origins.Disabled() {
+			t.Error("the origins field can be edited while the server runs")
+		}
+		if got := v.run.origins; len(got) != 2 || got[0] != mine || got[1] != theirs {
+			t.Errorf("the server runs with the origins %q", got)
+		}
+		if !strings.Contains(v.Line(), "Web pages from "+mine+", "+theirs+" may call it") {
+			t.Errorf("the toggle's line does not name the origins: %q", v.Line())
+		}
+	})
+	body := `{"prompt": "Lily had a dog", "max_tokens": 2}`
+	for _, c := range []struct {
+		method, host, origin string
+		want                 int
+	}{
+		{"POST", "", "", 200},
+		{"POST", "", mine, 200},
+		{"POST", "", theirs, 200},
+		{"OPTIONS", "", mine, 204},
+		{"POST", "localhost:1", mine, 200},
+		{"POST", "", "http://evil.example", 403},
+		{"OPTIONS", "", "http://evil.example", 403},
+		{"GET", "", "http://evil.example", 403},
+		{"POST", "evil.example", "", 403},
+	} {
+		path, b := "/v1/completions", io.Reader(strings.NewReader(body))
+		if c.method != "POST" {
+			b = nil
+		}
+		if c.method == "GET" {
+			path = "/v1/kvcache/events"
+		}
+		req, err := http.NewRequest(c.method, "http://"+addr+path, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "text/plain")
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		if c.method == "OPTIONS" {
+			req.Header.Set("Access-Control-Request-Method", "POST")
+		}
+		if c.host != "" {
+			req.Host = c.host
+		}
+		served := v.run.served()
+		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		acao := resp.Header.Get("Access-Control-Allow-Origin")
+		if resp.StatusCode != c.want || (c.want != 403 && acao != c.origin) || (c.want == 403 && acao != "") {
+			t.Errorf("%s from %q to Host %q: %d, Access-Control-Allow-Origin %q; want %d", c.method, c.origin, c.host, resp.StatusCode, acao, c.want)
+		}
+		if ran := v.run.served() != served; ran != (c.want == 200) {
+			t.Errorf("%s from %q to Host %q: ran a completion %v", c.method, c.origin, c.host, ran)
+		}
+	}
+	serveOff(t, a)
+	uithread.Locked(func() {
+		if v.origins.Text != mine+", "+theirs || v.origins.Disabled() {
+			t.Errorf("the origins field after stopping: %q, disabled %v", v.origins.Text, v.origins.Disabled())
+		}
+	})
+}

@@ -31,10 +31,13 @@ var serveStop = func() (<-chan os.Signal, func()) {
 // serveCmd is kvscope serve: the OpenAI-compatible API, metrics and the
 // cache's snapshots and events over one engine (package server).
 func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
-	fs := newFlags("serve", "-m FILE [--addr 127.0.0.1:8080] [--api-key KEY]", stderr)
+	fs := newFlags("serve", "-m FILE [--addr 127.0.0.1:8080] [--api-key KEY] [--allow-origin ORIGIN]... [--allow-host NAME]...", stderr)
 	path := fs.String("m", "", "GGUF model `file`")
 	addr := fs.String("addr", "127.0.0.1:8080", "`address` to listen on (host:port; port 0 picks a free one); an address other than loopback needs an API key")
 	key := fs.String("api-key", "", "API `key` clients must send as Authorization: Bearer KEY (default $"+apiKeyEnv+")")
+	var origins, hosts []string
+	fs.Var(list{&origins}, "allow-origin", "web `origin` (scheme://host[:port]) whose pages may call the server, with CORS answers; repeatable or comma-separated; '*' (any) needs an API key. Requests with any other Origin header are refused")
+	fs.Var(list{&hosts}, "allow-host", "Host `name` to answer beside localhost, 127.0.0.1, [::1] and the address listened on (a proxy's or the LAN's name); repeatable or comma-separated. Requests with any other Host are refused (DNS rebinding)")
 	name := fs.String("model-name", "", "model `name` in /v1/models and replies (default: the file's name without .gguf)")
 	cfg := engine.DefaultConfig()
 	intVar(fs, &cfg.Sched.MaxSeqs, "parallel", 1, maxParallel, "most sequences decoding at once")
@@ -66,6 +69,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	if err := checkAddr(*addr, *key != ""); err != nil {
 		return fs.usageErr("%v", err)
 	}
+	if err := checkAllowed(origins, hosts, *key != ""); err != nil {
+		return fs.usageErr("%v", err)
+	}
 	if grace < 0 {
 		return fs.usageErr("--shutdown-timeout cannot be negative")
 	}
@@ -80,7 +86,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(*path), ".gguf")
 	}
-	srv, err := server.New(server.Config{Engine: e, Format: form, ModelID: *name, APIKey: *key, Limits: lim})
+	srv, err := server.New(server.Config{Engine: e, Format: form, ModelID: *name, APIKey: *key, Limits: lim, AllowedOrigins: origins, AllowedHosts: hosts})
 	if err != nil {
 		return err
 	}
@@ -89,7 +95,11 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("--addr %s: %w", *addr, err)
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	fmt.Fprintf(stderr, "kvscope serve: listening on http://%s (model %s, chat format %s, context %d); %s\n", ln.Addr(), *name, form.Name(), e.Snapshot().Context, l.backend)
+	pages := "web pages refused"
+	if len(origins) > 0 {
+		pages = "web pages from " + strings.Join(origins, ", ")
+	}
+	fmt.Fprintf(stderr, "kvscope serve: listening on http://%s (model %s, chat format %s, context %d; %s); %s\n", ln.Addr(), *name, form.Name(), e.Snapshot().Context, pages, l.backend)
 
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -130,6 +140,46 @@ func checkAddr(addr string, hasKey bool) error {
 		return fmt.Errorf("--addr %s is reachable from other machines: give an API key (--api-key or $%s), or listen on 127.0.0.1", addr, apiKeyEnv)
 	case err != nil:
 		return fmt.Errorf("--addr %q: want host:port, such as 127.0.0.1:8080", addr)
+	}
+	return nil
+}
+
+// checkAllowed refuses --allow-origin and --allow-host values the server
+// would refuse (server.CheckOrigins, server.CheckHosts), in the flags'
+// words.
+func checkAllowed(origins, hosts []string, hasKey bool) error {
+	err := server.CheckOrigins(origins, hasKey)
+	switch {
+	case errors.Is(err, server.ErrWildcardNeedsKey):
+		return fmt.Errorf("--allow-origin '*' lets every web page call the server: give an API key too (--api-key or $%s), or list the origins", apiKeyEnv)
+	case err != nil:
+		return fmt.Errorf("--allow-origin: %v", err)
+	}
+	if err := server.CheckHosts(hosts); err != nil {
+		return fmt.Errorf("--allow-host: %v", err)
+	}
+	return nil
+}
+
+// list is a repeatable flag whose values may also be comma-separated.
+type list struct{ p *[]string }
+
+func (l list) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l list) Set(s string) error {
+	n := len(*l.p)
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l.p = append(*l.p, v)
+		}
+	}
+	if len(*l.p) == n {
+		return errors.New("empty")
 	}
 	return nil
 }

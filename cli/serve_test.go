@@ -48,7 +48,8 @@ func TestServeCommand(t *testing.T) {
 	var stderr lockedBuffer
 	code := make(chan int, 1)
 	go func() {
-		code <- Main([]string{"serve", "-m", m, "--addr", "127.0.0.1:0", "-c", "512", "--shutdown-timeout", "300ms", "--max-n", "4"}, &bytes.Buffer{}, &stderr)
+		code <- Main([]string{"serve", "-m", m, "--addr", "127.0.0.1:0", "-c", "512", "--shutdown-timeout", "300ms", "--max-n", "4",
+			"--allow-origin", "http://app.example,https://ui.example", "--allow-origin", "http://localhost:3000", "--allow-host", "kvscope.lan"}, &bytes.Buffer{}, &stderr)
 	}()
 	addr := ""
 	re := regexp.MustCompile(`listening on (http://[0-9.:]+)`)
@@ -83,6 +84,43 @@ func TestServeCommand(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 400 {
 		t.Errorf("n = 5 over --max-n 4: %d", resp.StatusCode)
+	}
+
+	// --allow-origin and --allow-host are in force; other origins and
+	// hosts are refused.
+	for _, c := range []struct {
+		origin, host string
+		want         int
+	}{
+		{"", "", 200},
+		{"http://app.example", "", 200},
+		{"https://ui.example", "", 200},
+		{"http://localhost:3000", "", 200},
+		{"", "kvscope.lan:8080", 200},
+		{"http://evil.example", "", 403},
+		{"http://app.example:8080", "", 403},
+		{"", "evil.example", 403},
+		{"http://app.example", "evil.example", 403},
+	} {
+		req, _ := http.NewRequest("POST", addr+"/v1/completions", strings.NewReader(`{"prompt": "Hi", "max_tokens": 1}`))
+		req.Header.Set("Content-Type", "text/plain")
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		if c.host != "" {
+			req.Host = c.host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want || resp.Header.Get("Access-Control-Allow-Origin") != map[bool]string{true: c.origin}[c.want == 200] {
+			t.Errorf("Origin %q Host %q: %d, Access-Control-Allow-Origin %q; want %d", c.origin, c.host, resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"), c.want)
+		}
+	}
+	if !strings.Contains(stderr.String(), "web pages from http://app.example, https://ui.example, http://localhost:3000") {
+		t.Errorf("the start line does not name the origins allowed: %s", stderr.String())
 	}
 
 	// A long stream, then SIGTERM.
@@ -126,6 +164,13 @@ func TestServeRefuses(t *testing.T) {
 		{[]string{"serve", "-m", m, "--addr", ":8080"}, "give an API key"},
 		{[]string{"serve", "-m", m, "--addr", "example.com:80"}, "give an API key"},
 		{[]string{"serve", "-m", m, "--addr", "nonsense"}, "want host:port"},
+		{[]string{"serve", "-m", m, "--allow-origin", "*"}, "give an API key too"},
+		{[]string{"serve", "-m", m, "--allow-origin", "http://a.example,*"}, "give an API key too"},
+		{[]string{"serve", "-m", m, "--allow-origin", "localhost:3000"}, "--allow-origin: the origin \"localhost:3000\" is not scheme://host"},
+		{[]string{"serve", "-m", m, "--allow-origin", "null", "--api-key", "k"}, "--allow-origin: the origin \"null\""},
+		{[]string{"serve", "-m", m, "--allow-origin", ""}, "flag -allow-origin"},
+		{[]string{"serve", "-m", m, "--allow-host", "kvscope.lan:8080"}, "--allow-host: the host \"kvscope.lan:8080\""},
+		{[]string{"serve", "-m", m, "--allow-host", ","}, "flag -allow-host"},
 		{[]string{"serve", "-m", m, "--max-n", "0"}, "flag -max-n"},
 		{[]string{"serve", "-m", m, "--max-body", "-1"}, "flag -max-body"},
 	} {
@@ -144,5 +189,8 @@ func TestServeRefuses(t *testing.T) {
 	}
 	if err := checkAddr("0.0.0.0:1", true); err != nil {
 		t.Errorf("with a key: %v", err)
+	}
+	if err := checkAllowed([]string{"*"}, []string{"kvscope.lan", "192.168.1.5"}, true); err != nil {
+		t.Errorf("'*' with a key: %v", err)
 	}
 }

@@ -16,5 +16,7 @@
 // which frees its blocks at once. Bad requests get OpenAI's error shape,
 // {"error": {"message", "type", "param", "code"}}, with a 4xx status; the
 // limits (body size, prompt and generated tokens, n, concurrent requests)
-// are in Limits.
+// are in Limits. Before anything else, a request whose Host is not this
+// machine's (DNS rebinding) or whose Origin is not allowed (a web page) is
+// refused with 403; allowed origins get CORS answers (guard.go).
 package server

@@ -30,7 +30,7 @@ type metrics struct {
 	reg *prometheus.Registry
 
 	promptTokens, cachedTokens, genTokens prometheus.Counter
-	finished                              *prometheus.CounterVec
+	finished, refused                     *prometheus.CounterVec
 	ttft, itl, e2e                        prometheus.Histogram
 }
 
@@ -46,11 +46,12 @@ func newMetrics(e *engine.Engine) (*metrics, error) {
 	m.cachedTokens = counter("prompt_tokens_cached_total", "Of them, prompt tokens served from the prefix cache.")
 	m.genTokens = counter("generation_tokens_total", "Tokens generated for the requests served.")
 	m.finished = prometheus.NewCounterVec(prometheus.CounterOpts{Name: prefix + "request_success_total", Help: "Choices finished, by finish reason."}, []string{"finished_reason"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: prefix + "http_requests_refused_total", Help: "Requests refused for their Host or Origin header (web pages), by reason."}, []string{"reason"})
 	m.ttft = hist("time_to_first_token_seconds", "Time from a request's arrival to its first generated token.", ttftBuckets)
 	m.itl = hist("inter_token_latency_seconds", "Time between successive tokens of one choice.", itlBuckets)
 	m.e2e = hist("e2e_request_latency_seconds", "Time from a request's arrival to its end.", e2eBuckets)
 	for _, c := range []prometheus.Collector{
-		m.promptTokens, m.cachedTokens, m.genTokens, m.finished, m.ttft, m.itl, m.e2e,
+		m.promptTokens, m.cachedTokens, m.genTokens, m.finished, m.refused, m.ttft, m.itl, m.e2e,
 		newCacheCollector(e),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -65,6 +66,15 @@ type Config struct {
 	APIKey string
 	// Limits bound the requests.
 	Limits Limits
+	// AllowedOrigins are the web origins (scheme://host[:port]) whose
+	// pages may call the server, with CORS answers; a request with any
+	// other Origin header is refused (403). "*" allows every origin and
+	// needs APIKey. See CheckOrigins and guard.go.
+	AllowedOrigins []string
+	// AllowedHosts are the Host names answered beside loopback ones and
+	// the address a request came to; any other Host is refused (403), as a
+	// page's name rebound to this machine would be. See guard.go.
+	AllowedHosts []string
 }
 
 // Server serves the API over one engine. Its methods are safe for
@@ -77,6 +87,8 @@ type Server struct {
 	hasKey  bool
 	limits  Limits
 	created int64
+	origins map[string]bool // the allowed origins, normalised
+	hosts   map[string]bool // the allowed hosts
 
 	slots   chan struct{} // one token per completion request in flight
 	replies replies       // chat replies, for the requests that continue them
@@ -87,7 +99,8 @@ type Server struct {
 	stop    context.Context
 	stopAll context.CancelFunc
 	served  atomic.Uint64
-	active  atomic.Int64 // completion requests in flight
+	refused atomic.Uint64 // requests the guard refused
+	active  atomic.Int64  // completion requests in flight
 }
 
 // New returns a server over cfg.Engine.
@@ -109,6 +122,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.APIKey != "" {
 		s.hasKey, s.keyHash = true, sha256.Sum256([]byte(cfg.APIKey))
+	}
+	var err error
+	if s.origins, err = originSet(cfg.AllowedOrigins, s.hasKey); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if s.hosts, err = hostSet(cfg.AllowedHosts); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.stop, s.stopAll = context.WithCancel(context.Background())
 	m, err := newMetrics(s.e)
@@ -146,11 +166,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			writeError(w, &apiError{status: http.StatusInternalServerError, Message: "internal error", Type: typeServer})
 		}
 	}()
-	s.mux.ServeHTTP(w, r)
+	if s.guard(w, r) {
+		s.mux.ServeHTTP(w, r)
+	}
 }
 
 // Served returns the number of completion requests answered so far.
 func (s *Server) Served() uint64 { return s.served.Load() }
+
+// Refused returns the number of requests refused for their Host or
+// Origin (guard.go).
+func (s *Server) Refused() uint64 { return s.refused.Load() }
 
 // CancelAll cancels every request in flight (each stream ends with its
 // last chunk and [DONE]) and waits for their handlers to return, or for ctx
