@@ -54,6 +54,8 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	intVar(fs, &lim.MaxConcurrent, "max-concurrent", 1, 1<<16, "most completion requests at once; more get 429 with Retry-After")
 	grace := 10 * time.Second
 	fs.DurationVar(&grace, "shutdown-timeout", grace, "on SIGINT or SIGTERM, how long streams in flight may run before they are cancelled")
+	var delay time.Duration
+	fs.DurationVar(&delay, "step-delay", 0, "slow motion, as the app's Teaching tab: wait this `long` after each engine step (0 to 1m), to watch /v1/kvcache while requests run")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -75,6 +77,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	if grace < 0 {
 		return fs.usageErr("--shutdown-timeout cannot be negative")
 	}
+	if delay < 0 || delay > time.Minute {
+		return fs.usageErr("--step-delay %v is outside 0 to 1m", delay)
+	}
 	cfg.Sched.StepTokens = max(cfg.Sched.StepTokens, cfg.Sched.MaxSeqs)
 	l, e, err := chatEngine(*path, *be, cfg)
 	if err != nil {
@@ -82,6 +87,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	defer l.close()
 	defer e.Close()
+	if err := e.SetDelay(delay); err != nil {
+		return err
+	}
 	form := l.format
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(*path), ".gguf")

@@ -36,7 +36,8 @@ func (l *lockedBuffer) String() string {
 }
 
 // TestServeCommand starts kvscope serve on a free port, sends a request,
-// then SIGTERM while a stream is in flight: the stream ends with its last
+// then SIGTERM while a stream is in flight (slowed by --step-delay, the
+// Teaching tab's slow motion, so that it is): the stream ends with its last
 // chunk and [DONE] once the grace period is over, and serve exits 0.
 func TestServeCommand(t *testing.T) {
 	m := testshared.Path(t, "models/stories260K.gguf")
@@ -48,7 +49,7 @@ func TestServeCommand(t *testing.T) {
 	var stderr lockedBuffer
 	code := make(chan int, 1)
 	go func() {
-		code <- Main([]string{"serve", "-m", m, "--addr", "127.0.0.1:0", "-c", "512", "--shutdown-timeout", "300ms", "--max-n", "4",
+		code <- Main([]string{"serve", "-m", m, "--addr", "127.0.0.1:0", "-c", "512", "--shutdown-timeout", "300ms", "--max-n", "4", "--step-delay", "20ms",
 			"--allow-origin", "http://app.example,https://ui.example", "--allow-origin", "http://localhost:3000", "--allow-host", "kvscope.lan"}, &bytes.Buffer{}, &stderr)
 	}()
 	addr := ""
@@ -123,7 +124,8 @@ func TestServeCommand(t *testing.T) {
 		t.Errorf("the start line does not name the origins allowed: %s", stderr.String())
 	}
 
-	// A long stream, then SIGTERM.
+	// A long stream, then SIGTERM. With --step-delay its 500 tokens take
+	// 10 s, far past the grace period, so the shutdown cuts it.
 	resp, err = http.Post(addr+"/v1/completions", "application/json", strings.NewReader(`{"prompt": "Once upon a time", "max_tokens": 500, "stream": true}`))
 	if err != nil {
 		t.Fatal(err)

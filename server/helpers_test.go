@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -136,6 +137,45 @@ func sseEvents(t testing.TB, body io.Reader) []string {
 
 // usedBlocks is the engine's used-block count once it settles: the latest
 // snapshot after the engine has had time to publish.
+// pausedStream pauses e, starts a streamed completion of body (the server
+// answers with its headers once the engine has the request) and waits
+// until the engine holds the request: it then runs only as the test steps
+// e, and stays until the test resumes e (which the test's cleanup does in
+// any case). The engine generates far faster than a test reads, so a test
+// that looks at a request while it runs needs this.
+func pausedStream(t testing.TB, url string, e *engine.Engine, body string) *http.Response {
+	t.Helper()
+	if err := e.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Resume() })
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := e.WaitFor(ctx, func(s *engine.Snapshot) bool { return len(s.Requests) > 0 }); err != nil {
+		t.Fatalf("the request never reached the engine: %v", err)
+	}
+	return resp
+}
+
+// step runs n steps of the paused engine e.
+func step(t testing.TB, e *engine.Engine, n int) {
+	t.Helper()
+	for range n {
+		if _, err := e.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func waitUsed(t testing.TB, e *engine.Engine, want func(int) bool) int {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

@@ -97,24 +97,23 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("K and V bytes do not add up to %v a block", block)
 	}
 
-	// A long streamed request: usage rises while it runs.
-	resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt": "Once upon a time", "max_tokens": 300, "stream": true}`))
-	if err != nil {
+	// A long streamed request: usage rises while it runs. The engine
+	// generates far faster than the test reads, so it is paused and
+	// stepped: the request is running, holding blocks, when /metrics is
+	// read.
+	resp := pausedStream(t, ts.URL, e, `{"prompt": "Once upon a time", "max_tokens": 300, "stream": true}`)
+	step(t, e, 3) // the prompt, then two tokens
+	during := scrape(t, ts.URL)
+	if err := e.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	sc := bufio.NewScanner(resp.Body)
-	for i := 0; i < 40 && sc.Scan(); {
-		if strings.HasPrefix(sc.Text(), "data: ") {
-			i++
-		}
-	}
-	during := scrape(t, ts.URL)
 	if v := value(t, during, "kvscope:kv_cache_usage_perc"); v <= 0 || v > 1 {
 		t.Errorf("usage %v during a long request, want above 0", v)
 	}
 	if v := value(t, during, "kvscope:num_requests_running") + value(t, during, "kvscope:num_requests_waiting"); v != 1 {
 		t.Errorf("%v requests running or waiting, want 1", v)
 	}
+	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 	}
 	resp.Body.Close()

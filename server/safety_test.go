@@ -52,30 +52,10 @@ func TestAPIKey(t *testing.T) {
 	}
 }
 
-// startStream posts a streamed completion and reads until its first
-// chunk with text, so that the request is running in the engine.
-func startStream(t testing.TB, url, body string) (*http.Response, *bufio.Scanner) {
-	t.Helper()
-	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("status %d: %s", resp.StatusCode, b)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "data: ") {
-			break
-		}
-	}
-	return resp, sc
-}
-
 func TestConcurrencyLimit(t *testing.T) {
 	ts, e := newTestServer(t, func(_ *engine.Config, c *Config) { c.Limits.MaxConcurrent = 1 })
-	resp, _ := startStream(t, ts.URL, `{"prompt": "Once upon a time", "max_tokens": 400, "stream": true}`)
+	// The first request holds its slot while the paused engine holds it.
+	resp := pausedStream(t, ts.URL, e, `{"prompt": "Once upon a time", "max_tokens": 400, "stream": true}`)
 	r2, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt": "Hi", "max_tokens": 2}`))
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +68,9 @@ func TestConcurrencyLimit(t *testing.T) {
 		t.Errorf("status %d, Retry-After %q; want 429 with Retry-After", r2.StatusCode, r2.Header.Get("Retry-After"))
 	}
 	resp.Body.Close()
+	if err := e.Resume(); err != nil {
+		t.Fatal(err)
+	}
 	waitUsed(t, e, func(n int) bool { return n == 0 })
 	// Once the first has gone, a request is served again.
 	deadline := time.Now().Add(10 * time.Second)
@@ -108,8 +91,11 @@ func TestConcurrencyLimit(t *testing.T) {
 func TestHangUpFreesBlocks(t *testing.T) {
 	ts, e := newTestServer(t, nil)
 	base := e.Snapshot().Cache.Metrics.UsedBlocks
-	resp, _ := startStream(t, ts.URL, `{"prompt": "Once upon a time", "max_tokens": 500, "stream": true}`)
-	if n := waitUsed(t, e, func(n int) bool { return n > base }); n <= base {
+	// The paused engine holds the request, with its blocks, until the
+	// client hangs up.
+	resp := pausedStream(t, ts.URL, e, `{"prompt": "Once upon a time", "max_tokens": 500, "stream": true}`)
+	step(t, e, 3)
+	if n := e.Snapshot().Cache.Metrics.UsedBlocks; n <= base {
 		t.Fatalf("used blocks %d while streaming, %d before", n, base)
 	}
 	resp.Body.Close()

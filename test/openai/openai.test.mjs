@@ -23,18 +23,16 @@ const skip = !existsSync(model)
 
 let server, base, client;
 
-before(async () => {
-  if (skip) {
-    console.log(`skipping the openai client tests: ${skip}`);
-    return;
-  }
-  server = spawn(bin, ["serve", "-m", model, "--addr", "127.0.0.1:0", "-c", "512", "--max-n", "4"], {
+// startServer runs kvscope serve on stories260K with extra flags and
+// returns the process and its base URL.
+async function startServer(...flags) {
+  const proc = spawn(bin, ["serve", "-m", model, "--addr", "127.0.0.1:0", "-c", "512", "--max-n", "4", ...flags], {
     stdio: ["ignore", "ignore", "pipe"],
   });
-  base = await new Promise((resolve, reject) => {
+  const url = await new Promise((resolve, reject) => {
     let err = "";
     const timer = setTimeout(() => reject(new Error(`kvscope serve did not start: ${err}`)), 60000);
-    server.stderr.on("data", (d) => {
+    proc.stderr.on("data", (d) => {
       err += d;
       const m = /listening on (http:\/\/[0-9.:]+)/.exec(err);
       if (m) {
@@ -42,22 +40,37 @@ before(async () => {
         resolve(m[1]);
       }
     });
-    server.on("exit", (code) => reject(new Error(`kvscope serve exited ${code}: ${err}`)));
+    proc.on("exit", (code) => reject(new Error(`kvscope serve exited ${code}: ${err}`)));
   });
+  return { proc, url };
+}
+
+// stopServer ends a server started by startServer.
+async function stopServer(proc) {
+  if (proc && proc.exitCode === null) {
+    const exited = new Promise((r) => proc.on("exit", r));
+    proc.kill("SIGTERM");
+    await exited;
+  }
+}
+
+before(async () => {
+  if (skip) {
+    console.log(`skipping the openai client tests: ${skip}`);
+    return;
+  }
+  ({ proc: server, url: base } = await startServer());
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused-on-loopback", maxRetries: 0 });
 });
 
 after(async () => {
-  if (server && server.exitCode === null) {
-    const exited = new Promise((r) => server.on("exit", r));
-    server.kill("SIGTERM");
-    await exited;
-  }
+  await stopServer(server);
 });
 
-// usedBlocks reads kvscope:kv_cache_used_blocks from /metrics.
-async function usedBlocks() {
-  const text = await (await fetch(`${base}/metrics`)).text();
+// usedBlocks reads kvscope:kv_cache_used_blocks from the /metrics of the
+// server at url (default the tests' server).
+async function usedBlocks(url = base) {
+  const text = await (await fetch(`${url}/metrics`)).text();
   const m = /^kvscope:kv_cache_used_blocks (\S+)$/m.exec(text);
   assert.ok(m, "no kvscope:kv_cache_used_blocks in /metrics");
   return Number(m[1]);
@@ -119,25 +132,37 @@ test("requests over the limits raise APIError with a 4xx status", { skip }, asyn
   assert.equal(r.choices.length, 1);
 });
 
+// The engine generates far faster than a client reads, so on a server at
+// full speed the whole reply can be done (its blocks handed to the prefix
+// cache) before the client has read ten chunks. This server waits 50 ms
+// after each step (--step-delay, the Teaching tab's slow motion): 400
+// tokens take 20 s, so the request is still running when the client stops
+// reading after ten.
 test("a cancelled stream gives its blocks back", { skip }, async () => {
-  const before = await usedBlocks();
-  const stream = await client.completions.create({ model: "stories260K", prompt: story, max_tokens: 400, stream: true });
-  let n = 0;
-  let during = before;
-  for await (const chunk of stream) {
-    if (++n === 10) {
-      during = await usedBlocks();
-      stream.controller.abort();
-      break;
+  const slow = await startServer("--step-delay", "50ms");
+  try {
+    const c = new OpenAI({ baseURL: `${slow.url}/v1`, apiKey: "unused-on-loopback", maxRetries: 0 });
+    const before = await usedBlocks(slow.url);
+    const stream = await c.completions.create({ model: "stories260K", prompt: story, max_tokens: 400, stream: true });
+    let n = 0;
+    let during = before;
+    for await (const chunk of stream) {
+      if (++n === 10) {
+        during = await usedBlocks(slow.url);
+        stream.controller.abort();
+        break;
+      }
     }
+    assert.ok(during > before, `used blocks ${during} while streaming, ${before} before`);
+    let now = await usedBlocks(slow.url);
+    for (let i = 0; i < 200 && now !== before; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      now = await usedBlocks(slow.url);
+    }
+    assert.equal(now, before, "the used-block count did not return to its level before the request");
+  } finally {
+    await stopServer(slow.proc);
   }
-  assert.ok(during > before, `used blocks ${during} while streaming, ${before} before`);
-  let now = await usedBlocks();
-  for (let i = 0; i < 200 && now !== before; i++) {
-    await new Promise((r) => setTimeout(r, 50));
-    now = await usedBlocks();
-  }
-  assert.equal(now, before, "the used-block count did not return to its level before the request");
 });
 
 test("a second identical request is served from the prefix cache", { skip }, async () => {
