@@ -52,7 +52,7 @@ func commit(bi *debug.BuildInfo) string {
 	}
 	rev := s["vcs.revision"]
 	if rev == "" {
-		why := "built outside a git checkout"
+		why := "no version control information in the binary: built outside a git clone"
 		if s["-buildvcs"] == "false" {
 			why = "built with -buildvcs=false"
 		}

@@ -115,7 +115,7 @@ func TestCommitLine(t *testing.T) {
 		{set("vcs.revision", "abc123", "vcs.time", "2026-12-01T10:00:00Z", "vcs.modified", "false"), "abc123 (2026-12-01T10:00:00Z)"},
 		{set("vcs.revision", "abc123", "vcs.modified", "true"), "abc123, with uncommitted changes"},
 		{set("-buildvcs", "false"), "unknown (built with -buildvcs=false)"},
-		{set(), "unknown (built outside a git checkout)"},
+		{set(), "unknown (no version control information in the binary: built outside a git clone)"},
 	} {
 		if got := commit(tc.bi); got != tc.want {
 			t.Errorf("commit(%v) = %q, want %q", tc.bi.Settings, got, tc.want)
