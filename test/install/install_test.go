@@ -143,9 +143,14 @@ func (f fixture) testDeb(t *testing.T) {
 			t.Errorf("dpkg-deb --info has no %q:\n%s", want, info)
 		}
 	}
-	var depends []string
-	for _, d := range strings.Split(strings.TrimPrefix(lineOf(info, "Depends: "), "Depends: "), ",") {
-		depends = append(depends, strings.Fields(d + " ")[0])
+	var depends []string // the package names, without versions or alternatives
+	for _, d := range strings.Split(strings.TrimPrefix(lineOf(info, " Depends: "), " Depends: "), ",") {
+		if name := strings.Fields(d); len(name) > 0 {
+			depends = append(depends, name[0])
+		}
+	}
+	if len(depends) == 0 {
+		t.Fatalf("dpkg-deb --info lists no dependencies:\n%s", info)
 	}
 	contents := output(t, "", nil, "dpkg-deb", "--contents", f.deb)
 	for _, want := range []string{"./usr/bin/kvscope", "./usr/lib/kvscope/" + native.LibName(),
@@ -296,25 +301,23 @@ func (f fixture) testWindow(t *testing.T, prefix, home, work string) {
 		app.Process.Kill()
 		<-exited
 	})
-	// The window is kvscope's, mapped and of a usable size.
+	// The window is kvscope's, of a usable size and mapped (it is created
+	// unmapped).
 	win := regexp.MustCompile(`(0x[0-9a-f]+) "kvscope": .* (\d+)x(\d+)\+`)
 	var id string
-	waitFor(t, exited, &appErr, "the kvscope window to appear", func() bool {
+	waitFor(t, exited, &appErr, "the kvscope window to be shown", func() bool {
 		out, _ := exec.Command("xwininfo", "-display", display, "-root", "-tree").Output()
 		for _, m := range win.FindAllStringSubmatch(string(out), -1) {
 			w, _ := strconv.Atoi(m[2])
 			h, _ := strconv.Atoi(m[3])
-			if w >= 400 && h >= 300 {
+			info, _ := exec.Command("xwininfo", "-display", display, "-id", m[1]).Output()
+			if w >= 400 && h >= 300 && strings.Contains(string(info), "Map State: IsViewable") {
 				id = m[1]
 				return true
 			}
 		}
 		return false
 	})
-	info, _ := exec.Command("xwininfo", "-display", display, "-id", id).Output()
-	if !strings.Contains(string(info), "Map State: IsViewable") {
-		t.Errorf("the kvscope window %s is not viewable:\n%s", id, info)
-	}
 	if _, err := exec.LookPath("import"); err != nil {
 		t.Logf("ImageMagick's import is not installed: no screenshot (the window %s is open)", id)
 		return
