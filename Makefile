@@ -168,11 +168,14 @@ dist dist-tree install: EXTRA_PKGS += $(DIST_PKGS)
 # dist-tree builds the binary and lays out $(TREE) as the tarball holds it:
 # fyne package's tarball (packed with xz -0: it is unpacked at once), with
 # the libraries added and its Makefile's targets extended to install them.
+# fyne package reads FyneApp.toml and the icon from a copy, as it adds one
+# to the build number of the FyneApp.toml it reads (and rewrites the file).
 dist-tree: deps $(NATIVE_LIB)
 	@[ -n "$(VERSION)" ] || { echo "dist: no Version in FyneApp.toml"; exit 1; }
-	rm -rf $(STAGE) && mkdir -p $(STAGE)/tree
+	rm -rf $(STAGE) && mkdir -p $(STAGE)/tree $(STAGE)/src/assets
 	$(GO) build -ldflags "-s -w" -o $(STAGE)/kvscope .
-	cd $(STAGE) && XZ_OPT=-0 $(GO) run $(FYNE_PKG) package -os linux -src $(CURDIR) -exe $(abspath $(STAGE))/kvscope
+	cp FyneApp.toml main.go $(STAGE)/src && cp assets/icon.png $(STAGE)/src/assets
+	cd $(STAGE) && XZ_OPT=-0 $(GO) run $(FYNE_PKG) package -os linux -src $(abspath $(STAGE))/src -exe $(abspath $(STAGE))/kvscope
 	tar -xJf $(STAGE)/kvscope.tar.xz -C $(STAGE)/tree
 	@usr=usr/local; [ -d $(TREE)/usr/local ] || usr=usr; \
 	install -Dm644 -t $(TREE)/$$usr/lib/kvscope $(DIST_LIBS) && \

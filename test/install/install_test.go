@@ -42,7 +42,8 @@ type fixture struct {
 }
 
 // TestPackages builds the tarball and the .deb with make dist, then
-// installs each where no source tree is and runs the installed kvscope.
+// installs each (and make install's copy) where no source tree is and runs
+// the installed kvscope.
 func TestPackages(t *testing.T) {
 	for _, tool := range []string{"make", "tar", "xz", "dpkg-deb"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -69,6 +70,38 @@ func TestPackages(t *testing.T) {
 	f.deb = filepath.Join(dist, "kvscope_"+f.app.Version+"_amd64.deb")
 	t.Run("tarball", f.testTarball)
 	t.Run("deb", f.testDeb)
+	t.Run("make install", f.testMakeInstall)
+}
+
+// testMakeInstall installs with the top-level make install into a prefix,
+// runs kvscope from there, and removes it with make uninstall.
+func (f fixture) testMakeInstall(t *testing.T) {
+	tmp := t.TempDir()
+	prefix, home, work := mkdir(t, tmp, "prefix"), mkdir(t, tmp, "home"), mkdir(t, tmp, "work")
+	env := withoutVars(os.Environ(), native.EnvDir, "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+	output(t, "", env, "make", "-C", f.root, "install", "PREFIX="+prefix, "DIST="+filepath.Join(tmp, "dist"))
+	installed := []string{"bin/kvscope", "lib/kvscope/" + native.LibName(), "share/applications/" + f.app.ID + ".desktop",
+		"share/icons/hicolor/256x256/apps/" + f.app.ID + ".png"}
+	for _, p := range installed {
+		if _, err := os.Stat(filepath.Join(prefix, p)); err != nil {
+			t.Errorf("make install: %v", err)
+		}
+	}
+	bin := filepath.Join(prefix, "bin", "kvscope")
+	f.checkVersion(t, bin, work, cleanEnv(home), filepath.Join(prefix, "lib", "kvscope", native.LibName()))
+	entry, err := os.ReadFile(filepath.Join(prefix, installed[2]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := lineOf(string(entry), "Exec="); l != "Exec="+bin {
+		t.Errorf("the desktop entry's %q does not run %s", l, bin)
+	}
+	output(t, "", env, "make", "-C", f.root, "uninstall", "PREFIX="+prefix)
+	for _, p := range append(installed, "lib/kvscope") {
+		if _, err := os.Lstat(filepath.Join(prefix, p)); err == nil {
+			t.Errorf("make uninstall left %s", p)
+		}
+	}
 }
 
 // testTarball unpacks the tarball, installs it into a prefix with its own
