@@ -150,7 +150,7 @@ DEB       := kvscope_$(VERSION)_amd64.deb
 # are what the packaging test (test/install) needs to open the installed
 # window under Xvfb and take its picture.
 DIST_PKGS := xz-utils
-INSTALL_TEST_PKGS := xz-utils xvfb xauth x11-utils imagemagick
+INSTALL_TEST_PKGS := xz-utils xvfb x11-utils imagemagick
 # The Debian packages of the libraries the window needs: libGL and libX11
 # are linked; GLFW opens the other X11 extensions at run time (their names
 # are in the binary: test/install checks them against this list).

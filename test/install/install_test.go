@@ -58,6 +58,10 @@ func TestPackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.app = meta.Details
+	fyneApp, err := os.ReadFile(filepath.Join(f.root, "FyneApp.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	dist := t.TempDir()
 	t0 := time.Now()
 	mk := exec.Command("make", "-C", f.root, "dist", "DIST="+dist)
@@ -66,6 +70,11 @@ func TestPackages(t *testing.T) {
 		t.Fatalf("make dist: %v\n%s", err, out)
 	}
 	t.Logf("make dist took %s", time.Since(t0).Round(time.Second))
+	// fyne package adds one to the build number of the FyneApp.toml it
+	// reads: make dist gives it a copy.
+	if after, err := os.ReadFile(filepath.Join(f.root, "FyneApp.toml")); err != nil || !bytes.Equal(after, fyneApp) {
+		t.Errorf("make dist changed FyneApp.toml (%v):\n%s", err, after)
+	}
 	f.tarball = filepath.Join(dist, "kvscope-"+f.app.Version+"-linux-amd64.tar.xz")
 	f.deb = filepath.Join(dist, "kvscope_"+f.app.Version+"_amd64.deb")
 	t.Run("tarball", f.testTarball)
