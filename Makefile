@@ -128,3 +128,100 @@ screenshot: build
 
 clean:
 	rm -f $(BIN)
+
+# ---- Packages and installing (README "Install") ----
+# dist writes to $(DIST): kvscope-VERSION-linux-amd64.tar.xz, made by `fyne
+# package` (its Linux layout: kvscope/usr/local/{bin,share} and a Makefile
+# installing to a PREFIX), with the native libraries added under
+# usr/local/lib/kvscope, and kvscope_VERSION_amd64.deb, built by dpkg-deb
+# from the same files. install copies the same files under PREFIX;
+# uninstall removes them. The binary finds its library in ../lib/kvscope
+# (engine/backend/native's search). VERSION is FyneApp.toml's. macOS and
+# Windows packages are made on those systems: `go run $(FYNE_PKG) package
+# -os darwin` (or `-os windows`), the library beside the executable.
+VERSION   := $(shell sed -n 's/^ *Version *= *"\(.*\)"/\1/p' FyneApp.toml)
+APP_ID    := $(shell sed -n 's/^ *ID *= *"\(.*\)"/\1/p' FyneApp.toml)
+DIST      ?= dist
+PREFIX    ?= $(HOME)/.local
+FYNE_PKG  := fyne.io/tools/cmd/fyne@v1.7.4
+TARBALL   := kvscope-$(VERSION)-linux-amd64.tar.xz
+DEB       := kvscope_$(VERSION)_amd64.deb
+# xz for the tarball and the .deb (dpkg-deb is part of dpkg); the others
+# are what the packaging test (test/install) needs to open the installed
+# window under Xvfb and take its picture.
+DIST_PKGS := xz-utils
+INSTALL_TEST_PKGS := xz-utils xvfb x11-utils imagemagick
+# The Debian packages of the libraries the window needs: libGL and libX11
+# are linked; GLFW opens the other X11 extensions at run time (their names
+# are in the binary: test/install checks them against this list).
+DEB_DEPENDS := libc6, libgl1, libx11-6, libx11-xcb1, libxcursor1, libxi6, libxinerama1, libxrandr2, libxrender1, libxxf86vm1
+# The native libraries that go with the binary: the CPU one, and CUDA's
+# when `make cuda` built it.
+DIST_LIBS  = $(NATIVE_LIB) $(wildcard native/build/libkvscope_cuda.so)
+STAGE     := $(DIST)/stage
+TREE      := $(STAGE)/tree/kvscope
+
+.PHONY: dist dist-tree install uninstall
+test: EXTRA_PKGS += $(INSTALL_TEST_PKGS)
+dist dist-tree install: EXTRA_PKGS += $(DIST_PKGS)
+
+# dist-tree builds the binary and lays out $(TREE) as the tarball holds it:
+# fyne package's tarball (packed with xz -0: it is unpacked at once), with
+# the libraries added and its Makefile's targets extended to install them.
+# fyne package reads FyneApp.toml and the icon from a copy, as it adds one
+# to the build number of the FyneApp.toml it reads (and rewrites the file).
+dist-tree: deps $(NATIVE_LIB)
+	@[ -n "$(VERSION)" ] || { echo "dist: no Version in FyneApp.toml"; exit 1; }
+	rm -rf $(STAGE) && mkdir -p $(STAGE)/tree $(STAGE)/src/assets
+	$(GO) build -ldflags "-s -w" -o $(STAGE)/kvscope .
+	cp FyneApp.toml main.go $(STAGE)/src && cp assets/icon.png $(STAGE)/src/assets
+	cd $(STAGE) && XZ_OPT=-0 $(GO) run $(FYNE_PKG) package -os linux -src $(abspath $(STAGE))/src -exe $(abspath $(STAGE))/kvscope
+	tar -xJf $(STAGE)/kvscope.tar.xz -C $(STAGE)/tree
+	@usr=usr/local; [ -d $(TREE)/usr/local ] || usr=usr; \
+	install -Dm644 -t $(TREE)/$$usr/lib/kvscope $(DIST_LIBS) && \
+	printf '%s\n' '' '# Added by kvscope: the native libraries, in PREFIX/lib/kvscope.' \
+		'install: install-lib' 'uninstall: uninstall-lib' 'user-install: user-install-lib' 'user-uninstall: user-uninstall-lib' \
+		'install-lib:' "	install -Dm00644 -t \$$(DESTDIR)\$$(PREFIX)/lib/kvscope $$usr/lib/kvscope/*" \
+		'uninstall-lib:' '	-rm -r $$(DESTDIR)$$(PREFIX)/lib/kvscope' \
+		'user-install-lib:' "	install -Dm00644 -t \$$(DESTDIR)\$$(HOME)/.local/lib/kvscope $$usr/lib/kvscope/*" \
+		'user-uninstall-lib:' '	-rm -r $$(DESTDIR)$$(HOME)/.local/lib/kvscope' >> $(TREE)/Makefile
+
+# dist packs $(TREE) as the tarball, and the same files, laid out for
+# /usr, as the .deb.
+dist: dist-tree
+	tar -cJf $(DIST)/$(TARBALL) -C $(STAGE)/tree kvscope
+	@usr=usr/local; [ -d $(TREE)/usr/local ] || usr=usr; deb=$(STAGE)/deb; \
+	install -Dm755 $(TREE)/$$usr/bin/kvscope $$deb/usr/bin/kvscope && \
+	install -Dm644 -t $$deb/usr/lib/kvscope $(TREE)/$$usr/lib/kvscope/* && \
+	install -Dm644 $(TREE)/$$usr/share/applications/$(APP_ID).desktop $$deb/usr/share/applications/$(APP_ID).desktop && \
+	install -Dm644 $(TREE)/$$usr/share/pixmaps/$(APP_ID).png $$deb/usr/share/icons/hicolor/256x256/apps/$(APP_ID).png && \
+	mkdir -p $$deb/DEBIAN && \
+	printf '%s\n' 'Package: kvscope' 'Version: $(VERSION)' 'Architecture: amd64' \
+		'Maintainer: kvscope developers <kvscope@users.noreply.github.com>' \
+		"Installed-Size: $$(du -sk $$deb/usr | cut -f1)" \
+		'Depends: $(DEB_DEPENDS)' 'Section: utils' 'Priority: optional' \
+		'Homepage: https://github.com/kvscope/kvscope' \
+		'Description: chat with local GGUF language models and watch the KV cache' \
+		' kvscope runs GGUF models in process (a pure Go engine, a native CPU' \
+		' library and optional CUDA) and shows its paged KV cache at work.' > $$deb/DEBIAN/control && \
+	dpkg-deb --root-owner-group --build $$deb $(DIST)/$(DEB) >/dev/null
+	rm -rf $(STAGE)
+	@echo "dist: $(DIST)/$(TARBALL) and $(DIST)/$(DEB)"
+
+# install puts the binary in PREFIX/bin, the libraries in PREFIX/lib/kvscope,
+# the desktop entry (its Exec the installed binary's full path, as a
+# launcher's PATH may lack PREFIX/bin) and the icon under PREFIX/share.
+install: dist-tree
+	@usr=usr/local; [ -d $(TREE)/usr/local ] || usr=usr; \
+	install -Dm755 $(TREE)/$$usr/bin/kvscope $(DESTDIR)$(PREFIX)/bin/kvscope && \
+	install -Dm644 -t $(DESTDIR)$(PREFIX)/lib/kvscope $(TREE)/$$usr/lib/kvscope/* && \
+	install -Dm644 $(TREE)/$$usr/share/pixmaps/$(APP_ID).png $(DESTDIR)$(PREFIX)/share/icons/hicolor/256x256/apps/$(APP_ID).png && \
+	sed 's,^Exec=kvscope,Exec=$(PREFIX)/bin/kvscope,' $(TREE)/$$usr/share/applications/$(APP_ID).desktop > $(STAGE)/entry.desktop && \
+	install -Dm644 $(STAGE)/entry.desktop $(DESTDIR)$(PREFIX)/share/applications/$(APP_ID).desktop
+	rm -rf $(STAGE)
+	@echo "installed kvscope in $(PREFIX) (make uninstall PREFIX=$(PREFIX) removes it)"
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/kvscope $(DESTDIR)$(PREFIX)/share/applications/$(APP_ID).desktop \
+		$(DESTDIR)$(PREFIX)/share/icons/hicolor/256x256/apps/$(APP_ID).png
+	rm -rf $(DESTDIR)$(PREFIX)/lib/kvscope

@@ -1,9 +1,11 @@
 // Command kvscope chats with local GGUF language models and shows the KV
 // cache at work. With no command it opens its window (optionally on a model
-// given with -m); commands (run, info, tokenize, perplexity) work headless.
+// given with -m); commands (run, info, tokenize, perplexity, version) work
+// headless, as do --version and -V.
 package main
 
 import (
+	_ "embed"
 	"flag"
 	"fmt"
 	"io"
@@ -14,9 +16,17 @@ import (
 	"kvscope/cli"
 )
 
+// fyneApp is FyneApp.toml, the app's metadata (version and build number
+// among them), built in so that `kvscope version` works wherever the
+// binary is.
+//
+//go:embed FyneApp.toml
+var fyneApp []byte
+
 func main() {
+	cli.AppMetadata = fyneApp
 	args := os.Args[1:]
-	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-h" || args[0] == "--help") {
+	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-h" || args[0] == "--help" || args[0] == "--version" || args[0] == "-V") {
 		os.Exit(cli.Main(args, os.Stdout, os.Stderr))
 	}
 	fs := flag.NewFlagSet("kvscope", flag.ContinueOnError)

@@ -33,6 +33,7 @@ var Commands = []Command{
 	{"models", "list the GGUF models on this machine (--catalog: small chat models to download)", modelsCmd},
 	{"pull", "download a GGUF model from the Hugging Face hub, resuming an interrupted one", pullCmd},
 	{"watch", "print vLLM instances' prefix-cache figures from their KV-cache events and /metrics (--once: the totals, then exit)", watchCmd},
+	{"version", "print the version, commit, Go version, native library and which backends load", versionCmd},
 }
 
 // Main runs the subcommand named by args[0] and returns the process exit
@@ -46,6 +47,9 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		Usage(stderr)
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "-V" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	var cmd *Command
 	for i := range Commands {

@@ -1,6 +1,6 @@
 // Package cli implements kvscope's headless subcommands (run, chat, info,
 // tokenize, template, perplexity, logits, gen-model, bench, models, pull,
-// serve, watch):
+// serve, watch, version):
 // flag parsing, output formats and error messages, on top of the engine
 // packages.
 //

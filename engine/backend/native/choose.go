@@ -73,7 +73,7 @@ func openBackend(name string) (backend.Backend, error) {
 
 func describe(be backend.Backend) string {
 	if nb, ok := be.(*Backend); ok {
-		return fmt.Sprintf("cpu (%s path, %s)", nb.lib.PathName(nb.lib.Path()), nb.lib.File())
+		return fmt.Sprintf("cpu (%s path, %s)", nb.lib.PathName(nb.lib.Path()), nb.lib.Where())
 	}
 	if d, ok := be.(*Device); ok {
 		return d.describe()

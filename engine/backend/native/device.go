@@ -568,5 +568,5 @@ func (b *Device) Gather(dst, src backend.Buffer, rows []int32, width int) {
 
 // describe returns one line naming the backend, its device and library.
 func (b *Device) describe() string {
-	return fmt.Sprintf("%s (%s, %s)", b.Name(), strings.TrimSpace(b.devName), b.lib.File())
+	return fmt.Sprintf("%s (%s, %s)", b.Name(), strings.TrimSpace(b.devName), b.lib.Where())
 }

@@ -3,8 +3,6 @@ package native
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
 	"unsafe"
 
@@ -127,16 +125,14 @@ func (d *devLib) errorText() string {
 	return cString(buf)
 }
 
-// findLib returns the first of SearchDirs holding the file name.
-func findLib(name string) (string, error) {
-	dirs := SearchDirs()
-	for _, d := range dirs {
-		f := filepath.Join(d, name)
-		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
-			return f, nil
-		}
+// findLib returns the first of SearchPlaces holding the file name, with
+// the place's reason.
+func findLib(name string) (string, string, error) {
+	places := SearchPlaces()
+	if f, p, ok := find(places, name); ok {
+		return f, p.Why, nil
 	}
-	return "", fmt.Errorf("native: %w: no %s in %q", ErrNotFound, name, dirs)
+	return "", "", fmt.Errorf("native: %w: no %s in %q", ErrNotFound, name, SearchDirs())
 }
 
 // OpenDevice loads the device library of kind ("cuda" or "metal") from the
@@ -153,7 +149,7 @@ func OpenDevice(kind string) (*Device, error) {
 	if kind == "metal" && runtime.GOOS != "darwin" {
 		return nil, fmt.Errorf("native: Metal runs only on macOS")
 	}
-	file, err := findLib(DeviceLibName(kind))
+	file, from, err := findLib(DeviceLibName(kind))
 	if err != nil {
 		how := "make cuda"
 		if kind == "metal" {
@@ -165,6 +161,7 @@ func OpenDevice(kind string) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	lib.from = from
 	d, err := bindDevice(file)
 	if err != nil {
 		return nil, err

@@ -45,6 +45,7 @@ func LibName() string {
 // goroutines at once.
 type Lib struct {
 	file string
+	from string // the Place's Why, or "" when opened by file
 
 	abiVersion    func() int32
 	setThreads    func(int32) int32
@@ -73,48 +74,101 @@ type Lib struct {
 // EnvDir is the environment variable naming a directory to look in first.
 const EnvDir = "KVSCOPE_NATIVE_DIR"
 
-// SearchDirs returns where Load looks when given no directory, in order:
-// $KVSCOPE_NATIVE_DIR, the executable's directory, and native/build under
-// the module root found by walking up from the working directory to go.mod.
+// A Place is one directory Load searches, with where it is in words
+// ("beside the executable", "in $KVSCOPE_NATIVE_DIR"), which `kvscope
+// info` and `kvscope version` print after the library's path.
+type Place struct {
+	Dir, Why string
+}
+
+// SearchPlaces returns where Load looks when given no directory, in order:
+// $KVSCOPE_NATIVE_DIR when set (an explicit choice wins over any place
+// found by itself), the directory of the executable with symbolic links
+// resolved (a tarball's or the developer's layout), ../lib/kvscope beside
+// that directory (an install under a prefix: PREFIX/bin/kvscope and
+// PREFIX/lib/kvscope), and native/build under the module root found by
+// walking up from the working directory to go.mod (a source tree).
+func SearchPlaces() []Place {
+	exe := ""
+	if e, err := os.Executable(); err == nil {
+		if r, err := filepath.EvalSymlinks(e); err == nil {
+			e = r
+		}
+		exe = e
+	}
+	wd, _ := os.Getwd()
+	return searchPlaces(os.Getenv(EnvDir), exe, wd)
+}
+
+// searchPlaces is SearchPlaces given the environment variable's value, the
+// executable's resolved path and the working directory ("" for one
+// unknown).
+func searchPlaces(env, exe, wd string) []Place {
+	var ps []Place
+	if env != "" {
+		ps = append(ps, Place{env, "in $" + EnvDir})
+	}
+	if exe != "" {
+		bin := filepath.Dir(exe)
+		ps = append(ps, Place{bin, "beside the executable"},
+			Place{filepath.Join(filepath.Dir(bin), "lib", "kvscope"), "in the executable's ../lib/kvscope"})
+	}
+	for d := wd; d != ""; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			ps = append(ps, Place{filepath.Join(d, "native", "build"), "in the source tree's native/build"})
+			break
+		}
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	return ps
+}
+
+// SearchDirs returns the directories of SearchPlaces, in its order.
 func SearchDirs() []string {
 	var dirs []string
-	if d := os.Getenv(EnvDir); d != "" {
-		dirs = append(dirs, d)
-	}
-	if exe, err := os.Executable(); err == nil {
-		dirs = append(dirs, filepath.Dir(exe))
-	}
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-				dirs = append(dirs, filepath.Join(d, "native", "build"))
-				break
-			}
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
+	for _, p := range SearchPlaces() {
+		dirs = append(dirs, p.Dir)
 	}
 	return dirs
 }
 
+// find returns the first of places holding a regular file called name, with
+// the place it was found in.
+func find(places []Place, name string) (string, Place, bool) {
+	for _, p := range places {
+		f := filepath.Join(p.Dir, name)
+		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
+			return f, p, true
+		}
+	}
+	return "", Place{}, false
+}
+
 // Load opens the native library in dir, or, when dir is "", in the first of
-// SearchDirs that has it, and checks its ABI version. The error says what
+// SearchPlaces that has it, and checks its ABI version. The error says what
 // was wrong (not found, not loadable, wrong version) in one sentence; a
 // missing library's error wraps ErrNotFound.
 func Load(dir string) (*Lib, error) {
-	dirs := []string{dir}
+	places := []Place{{dir, "in the directory given"}}
 	if dir == "" {
-		dirs = SearchDirs()
+		places = SearchPlaces()
 	}
-	for _, d := range dirs {
-		f := filepath.Join(d, LibName())
-		if st, err := os.Stat(f); err != nil || !st.Mode().IsRegular() {
-			continue
+	f, p, ok := find(places, LibName())
+	if !ok {
+		dirs := make([]string, len(places))
+		for i, p := range places {
+			dirs[i] = p.Dir
 		}
-		return open(f)
+		return nil, fmt.Errorf("native: %w: no %s in %q (build it with make native)", ErrNotFound, LibName(), dirs)
 	}
-	return nil, fmt.Errorf("native: %w: no %s in %q (build it with make native)", ErrNotFound, LibName(), dirs)
+	l, err := open(f)
+	if err != nil {
+		return nil, err
+	}
+	l.from = p.Why
+	return l, nil
 }
 
 func open(file string) (l *Lib, err error) {
@@ -186,6 +240,20 @@ const maxThreads = 64
 
 // File returns the path of the loaded library.
 func (l *Lib) File() string { return l.file }
+
+// From says where in the search the library was found ("beside the
+// executable", "in $KVSCOPE_NATIVE_DIR": a Place's Why), or "" for a
+// library opened otherwise.
+func (l *Lib) From() string { return l.from }
+
+// Where is the library's path followed by where the search found it, as
+// `kvscope info` prints it.
+func (l *Lib) Where() string {
+	if l.from == "" {
+		return l.file
+	}
+	return l.file + ", found " + l.from
+}
 
 // Features returns the CPU feature bits the library detected (kvscope.h's
 // KVS_CPU_*).

@@ -323,8 +323,10 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
-// TestLoadSearch checks that KVSCOPE_NATIVE_DIR comes first in the search,
-// and that the library reports its ABI and a path this CPU runs.
+// TestLoadSearch checks that KVSCOPE_NATIVE_DIR comes first in the search
+// (an explicit choice wins over the places found by themselves, see
+// TestSearchPlaces), that the library says so, and that it reports its ABI
+// and a path this CPU runs.
 func TestLoadSearch(t *testing.T) {
 	built := loadLib(t).File()
 	dir := t.TempDir()
@@ -342,6 +344,9 @@ func TestLoadSearch(t *testing.T) {
 	}
 	if want := filepath.Join(dir, LibName()); l.File() != want {
 		t.Errorf("loaded %s, want %s (from %s)", l.File(), want, EnvDir)
+	}
+	if want := "in $" + EnvDir; l.From() != want || !strings.HasSuffix(l.Where(), ", found "+want) {
+		t.Errorf("From %q, Where %q; want %q", l.From(), l.Where(), want)
 	}
 	if ps := l.Paths(); len(ps) == 0 || ps[0] != PathScalar || !slices.Contains(ps, l.Path()) {
 		t.Errorf("paths %v, path in force %d", ps, l.Path())
