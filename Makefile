@@ -75,11 +75,13 @@ build: deps
 run: build $(NATIVE_LIB)
 	./$(BIN) $(if $(wildcard $(MODEL)),-m $(MODEL))
 
-# test: vet, the whole suite under the race detector, a few seconds of
-# fuzzing the GGUF reader, and the openai client test (test-openai).
+# test: vet, the whole suite under the race detector (and internal/early, a
+# module of its own), a few seconds of fuzzing the GGUF reader, and the
+# openai client test (test-openai).
 test: deps $(NATIVE_LIB)
 	$(GO) vet ./...
 	$(GO) test -race ./...
+	$(GO) -C internal/early vet ./... && $(GO) -C internal/early test ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 5s ./engine/gguf
 	$(MAKE) test-openai
 

@@ -3,6 +3,7 @@ module kvscope
 go 1.26.0
 
 require (
+	early v0.0.0
 	fyne.io/fyne/v2 v2.7.1
 	github.com/dlclark/regexp2 v1.11.5
 	github.com/dustin/go-humanize v1.1.0
@@ -62,3 +63,6 @@ require (
 	golang.org/x/term v0.46.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )
+
+// early (internal/early) initializes before Fyne: see its package doc.
+replace early => ./internal/early

@@ -5,6 +5,7 @@
 package main
 
 import (
+	_ "early" // before Fyne initializes: a quiet C.UTF-8 locale
 	_ "embed"
 	"flag"
 	"fmt"

@@ -165,6 +165,13 @@ func (f fixture) testTarball(t *testing.T) {
 		t.Errorf("kvscope run did not run on the installed library %s: %q", lib, stderr)
 	}
 
+	// Under Debian's default locale in containers the toolkit is quiet
+	// (internal/early), headless and in the window alike.
+	cLocale := append(withoutVars(env, "LANG", "LC_ALL", "LC_MESSAGES", "LANGUAGE"), "LANG=C.UTF-8")
+	if _, stderr := run(t, work, cLocale, bin, "run", "-m", f.model, "-p", f.greedy.Prompt, "-n", "4", "--temp", "0"); strings.Contains(stderr, "Fyne error") || strings.Contains(stderr, "locale") {
+		t.Errorf("LANG=C.UTF-8 kvscope run printed toolkit noise:\n%s", stderr)
+	}
+
 	t.Run("window", func(t *testing.T) { f.testWindow(t, prefix, home, work) })
 
 	output(t, "", withoutVars(os.Environ(), "MAKEFLAGS", "MFLAGS", "MAKELEVEL"), "make", "-C", filepath.Join(unpack, "kvscope"), "uninstall", "PREFIX="+prefix)
