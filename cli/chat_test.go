@@ -143,31 +143,48 @@ func TestChatCommand(t *testing.T) {
 // FILE --temp 0 -n 40, on stories260K carrying Llama 2's [INST] template
 // (which strips each reply and puts a space before it): turns 2 and 3 find
 // the whole history in the cache, within one block, and nothing is
-// re-rendered.
+// re-rendered. DeepSeek R1's template writes earlier replies otherwise
+// than the prompt that made them, and chat says what that costs.
 func TestChatKeepsTheHistoryOnInstTemplates(t *testing.T) {
-	path := chattest.File(t, "models/stories260K.gguf", chattest.Llama2)
-	code, stdout, stderr := chatWith(t, "Once upon a time\nThe dog ran\nA cat sat\n", "-m", path, "--temp", "0", "-n", "40")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
+	tests := []struct {
+		name     string
+		template func(testing.TB) string
+		rerender bool
+	}{
+		{"Llama 2", func(testing.TB) string { return chattest.Llama2 }, false},
+		{"DeepSeek R1", func(t testing.TB) string { return chattest.Template(t, "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja") }, true},
 	}
-	t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
-	if !strings.Contains(stderr, "format from the file") {
-		t.Errorf("stderr does not name the file's template:\n%s", stderr)
-	}
-	if strings.Contains(stderr, "re-rendered") {
-		t.Errorf("the history was re-rendered:\n%s", stderr)
-	}
-	lines := cachedLine.FindAllStringSubmatch(stderr, -1)
-	if len(lines) != 3 {
-		t.Fatalf("%d turns reported, want 3:\n%s", len(lines), stderr)
-	}
-	block := engine.DefaultConfig().Cache.BlockSize
-	num := func(k, i int) int { v, _ := strconv.Atoi(lines[k-1][i]); return v }
-	for k := 2; k <= 3; k++ {
-		history := num(k-1, 2) + num(k-1, 3) // the last prompt and its reply
-		if num(k, 1) < history-block {
-			t.Errorf("turn %d: cached %d of %d; the history before it is %d tokens: want it within a block of %d", k, num(k, 1), num(k, 2), history, block)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := chattest.File(t, "models/stories260K.gguf", tt.template(t))
+			code, stdout, stderr := chatWith(t, "Once upon a time\nThe dog ran\nA cat sat\n", "-m", path, "--temp", "0", "-n", "40")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			if !strings.Contains(stderr, "format from the file") {
+				t.Errorf("stderr does not name the file's template:\n%s", stderr)
+			}
+			rerendered := regexp.MustCompile(`\(history re-rendered: \d+ tokens? recomputed`).FindAllString(stderr, -1)
+			if tt.rerender != (len(rerendered) == 2) {
+				t.Errorf("%d turns said the history was re-rendered; want %v for turns 2 and 3:\n%s", len(rerendered), tt.rerender, stderr)
+			}
+			lines := cachedLine.FindAllStringSubmatch(stderr, -1)
+			if len(lines) != 3 {
+				t.Fatalf("%d turns reported, want 3:\n%s", len(lines), stderr)
+			}
+			if tt.rerender {
+				return
+			}
+			block := engine.DefaultConfig().Cache.BlockSize
+			num := func(k, i int) int { v, _ := strconv.Atoi(lines[k-1][i]); return v }
+			for k := 2; k <= 3; k++ {
+				history := num(k-1, 2) + num(k-1, 3) // the last prompt and its reply
+				if num(k, 1) < history-block {
+					t.Errorf("turn %d: cached %d of %d; the history before it is %d tokens: want it within a block of %d", k, num(k, 1), num(k, 2), history, block)
+				}
+			}
+		})
 	}
 }
 
