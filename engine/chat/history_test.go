@@ -186,8 +186,8 @@ func TestConversationEnds(t *testing.T) {
 			if !tt.keepsEnd && second[len(want)] == eos {
 				t.Errorf("an end the template does not write stays in the history: %v", second)
 			}
-			if reuse.Kept != len(want) || reuse.Recomputed != 0 {
-				t.Errorf("reuse %+v, want %d kept and none recomputed", reuse, len(want))
+			if reuse.Kept != len(first)+len(ids) || reuse.Recomputed != 0 {
+				t.Errorf("reuse %+v, want the %d ids of the prompt and reply kept and none recomputed", reuse, len(first)+len(ids))
 			}
 			if d := tok.Decode(second[len(want):]); !strings.Contains(d, "The end.") {
 				t.Errorf("the new part decodes to %q", d)

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -32,16 +33,17 @@ type continuer interface {
 	EncodeContinuation(text string, parseSpecial bool) []int
 }
 
-// Reuse says how a conversation's prompt holds its history.
+// Reuse says how a conversation's prompt holds its history: the last
+// reply's prompt as computed and the reply as generated (the ids the
+// prefix cache holds from the last turn).
 type Reuse struct {
-	// Kept counts the ids at the prompt's start that are the history as
-	// the model saw it: the earlier prompts as computed, the replies as
-	// generated, end-of-generation tokens included.
+	// Kept counts the history's ids at the prompt's start.
 	Kept int
-	// Recomputed counts the history's ids that were tokenized again from
-	// a fresh rendering because the renderings stopped extending each
-	// other (a template that rewrites an earlier turn, such as one that
-	// drops a reply's reasoning): those positions miss the prefix cache.
+	// Recomputed counts the history's ids after those: where the
+	// renderings stopped extending each other (a template that rewrites
+	// an earlier turn, such as one that drops a reply's reasoning), the
+	// prompt was tokenized afresh, and from the first id that changed the
+	// prefix cache misses.
 	Recomputed int
 }
 
@@ -75,7 +77,7 @@ func (f *Formatter) PromptIDs(turns []Turn, opt Options, enc Encoder, addBOS boo
 // Where a rendering does not extend the previous one (the template
 // rewrote an earlier turn, cut a reply, or a reply's prefix does not
 // render), the prompt falls back to the fresh rendering tokenized from
-// there on, and Reuse.Recomputed counts the history ids that changed.
+// there on, and Reuse.Recomputed counts the last turn's ids that changed.
 // llama.cpp's server and vLLM tokenize the whole rendering each turn, and
 // their caches stop at the first changed token; keeping the ids keeps the
 // whole history cached.
@@ -126,8 +128,13 @@ func (f *Formatter) ConversationIDs(turns []Turn, opt Options, enc Encoder, addB
 	if err != nil {
 		return nil, Reuse{}, err
 	}
+	seen := slices.Clone(h.ids) // the last prompt and reply, as the model saw them
 	h.extend(p)
-	return h.ids, h.reuse, nil
+	kept := 0
+	for kept < len(seen) && kept < len(h.ids) && seen[kept] == h.ids[kept] {
+		kept++
+	}
+	return h.ids, Reuse{Kept: kept, Recomputed: len(seen) - kept}, nil
 }
 
 // history is a conversation's ids as ConversationIDs builds them, and the
@@ -142,7 +149,6 @@ type history struct {
 	prompt, content, endText string
 	end                      []int
 	started                  bool
-	reuse                    Reuse
 }
 
 // reply adds a reply the model generated after the current prompt.
@@ -152,7 +158,6 @@ func (h *history) reply(t Turn) {
 	for _, id := range t.End {
 		h.endText += h.enc.Token(id)
 	}
-	h.reuse.Kept = len(h.ids)
 }
 
 // extend makes the ids stand for the rendering p: the tokens of what p
@@ -175,17 +180,8 @@ func (h *history) extend(p *Prompt) {
 		}
 	}
 	h.end, h.content, h.endText = nil, "", ""
-	if ok {
-		h.reuse.Kept = len(h.ids)
-	} else {
-		fresh := Tokenize(p, h.enc, h.addBOS)
-		same := 0
-		for same < len(fresh) && same < len(h.ids) && fresh[same] == h.ids[same] {
-			same++
-		}
-		h.reuse.Recomputed += len(h.ids) - same
-		h.reuse.Kept = min(h.reuse.Kept, same)
-		h.ids, h.prompt = fresh, text
+	if !ok {
+		h.ids, h.prompt = Tokenize(p, h.enc, h.addBOS), text
 		return
 	}
 	b := idBuilder{enc: h.enc, ids: h.ids, after: true}
