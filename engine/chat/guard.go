@@ -16,12 +16,14 @@ import (
 // where Jinja2 touches only the text right beside the tag: so
 // "{% for i in x %}{{ i }}\n{% endfor %}" loses its newlines, and
 // "{{ 'q' }}   {% if %}" its spaces. It also keeps a template's final
-// newline, which Jinja2 drops. So the rewrite applies Jinja2's rules itself
-// (with Hugging Face's trim_blocks and lstrip_blocks, the "+" marks that
-// turn them off, raw blocks, and Jinja2's newline normalization; a test
-// holds Jinja2's renderings of the cases) and writes every piece
-// of text as a string literal in a {{ }} tag, and every tag without its
-// marks: the engine then has no text to trim.
+// newline, which Jinja2 drops, and it ends a tag at the first "}}" even
+// inside brackets. So the rewrite applies Jinja2's rules itself (with
+// Hugging Face's trim_blocks and lstrip_blocks, the "+" marks that turn
+// them off, raw blocks, white space as Python's str.isspace has it, and
+// Jinja2's newline normalization; testdata/whitespace.json holds Jinja2's
+// renderings of the cases) and writes every piece of text as a string
+// literal in a {{ }} tag, and every tag without its marks and with its
+// closing braces apart: the engine then has no text to trim.
 //
 // Recursion: the engine parses and evaluates by recursion, and a Go stack
 // overflow kills the process (recover cannot catch it). So a template with
@@ -62,9 +64,10 @@ type piece struct {
 // apply to: a statement or a comment.
 func (p *piece) block() bool { return p.kind == '%' || p.kind == '#' }
 
-// scan cuts src into text and tags as Jinja2's lexer does: quotes inside
-// {{ }} and {% %} hide closers, comments end at the first #}, and a raw
-// block's body is text up to its endraw tag.
+// scan cuts src into text and tags as Jinja2's lexer does: quotes and
+// open brackets inside {{ }} and {% %} hide closers (so "{{ {'a': {'b':
+// 1}} }}" is one tag), comments end at the first #}, and a raw block's body
+// is text up to its endraw tag.
 func scan(src string) ([]piece, error) {
 	var out []piece
 	text := 0 // start of the current text
@@ -110,16 +113,32 @@ func scanTag(src string, i int) (piece, error) {
 		j++
 	}
 	cstart := j
+	depth := 0 // open brackets: Jinja2 ends a tag only outside them
 	for j < len(src) {
 		c := src[j]
-		if t.kind != '#' && (c == '\'' || c == '"') {
-			for j++; j < len(src) && src[j] != c; j++ {
-				if src[j] == '\\' {
+		if t.kind != '#' {
+			switch c {
+			case '\'', '"':
+				for j++; j < len(src) && src[j] != c; j++ {
+					if src[j] == '\\' {
+						j++
+					}
+				}
+				j++
+				continue
+			case '(', '[', '{':
+				depth++
+			case ')', ']', '}':
+				if depth > 0 {
+					depth--
 					j++
+					continue
 				}
 			}
-			j++
-			continue
+			if depth > 0 {
+				j++
+				continue
+			}
 		}
 		if (c == '-' || c == '+') && strings.HasPrefix(src[j+1:], closer) {
 			t.right, t.text, t.end = src[j:j+1], src[cstart:j], j+3
@@ -198,7 +217,7 @@ func rewrite(src string) (string, error) {
 			after := pieces[i+1].text
 			switch {
 			case p.right == "-":
-				ws := after[:len(after)-len(strings.TrimLeftFunc(after, unicode.IsSpace))]
+				ws := after[:len(after)-len(strings.TrimLeftFunc(after, isSpace))]
 				lineStart = strings.HasSuffix(ws, "\n")
 			case p.block() && p.right != "+" && !isRaw(p):
 				lineStart = strings.HasPrefix(after, "\n")
@@ -230,7 +249,7 @@ func rewrite(src string) (string, error) {
 			b.WriteString("{{ " + guardLeave + "() }}")
 		}
 		b.WriteString(map[byte]string{'{': "{{", '%': "{%"}[p.kind])
-		b.WriteString(p.text)
+		b.WriteString(splitBraces(p.text))
 		b.WriteString(map[byte]string{'{': "}}", '%': "%}"}[p.kind])
 		if kw == "macro" {
 			b.WriteString("{{ " + guardEnter + "() }}")
@@ -254,7 +273,7 @@ func trimText(text string, prev, next *piece, lineStart bool) string {
 	if prev != nil {
 		switch {
 		case prev.right == "-":
-			text = strings.TrimLeftFunc(text, unicode.IsSpace)
+			text = strings.TrimLeftFunc(text, isSpace)
 		case prev.block() && prev.right != "+" && !isRaw(prev):
 			text = strings.TrimPrefix(text, "\n")
 		}
@@ -262,18 +281,51 @@ func trimText(text string, prev, next *piece, lineStart bool) string {
 	if next != nil {
 		switch {
 		case next.left == "-":
-			text = strings.TrimRightFunc(text, unicode.IsSpace)
+			text = strings.TrimRightFunc(text, isSpace)
 		case next.block() && next.left != "+":
 			// lstrip_blocks: white space from the start of the line to
-			// the tag goes.
+			// the tag goes (Jinja2 3.1.6 strips all of \s; some older
+			// versions only spaces and tabs).
 			l := strings.LastIndexByte(text, '\n') + 1
-			if (l > 0 || lineStart) && strings.TrimLeftFunc(text[l:], unicode.IsSpace) == "" {
+			if (l > 0 || lineStart) && strings.TrimLeftFunc(text[l:], isSpace) == "" {
 				text = text[:l]
 			}
 		}
 	}
 	return text
 }
+
+// splitBraces puts a space after a closing brace outside quotes that is
+// followed by another or ends s ("{'a': {'b': 1}}" becomes "{'a': {'b':
+// 1} } "), which means the same in an expression: the engine would take
+// the first "}}" for the tag's end.
+func splitBraces(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		b.WriteByte(c)
+		switch {
+		case c == '\'' || c == '"':
+			for i++; i < len(s); i++ {
+				b.WriteByte(s[i])
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+					b.WriteByte(s[i])
+				} else if s[i] == c {
+					break
+				}
+			}
+		case c == '}' && (i+1 == len(s) || s[i+1] == '}'):
+			b.WriteByte(' ') // also before the closer written after s
+		}
+	}
+	return b.String()
+}
+
+// isSpace reports whether r is white space as Python's str.isspace (and
+// the \s of its re module) has it: Go's unicode.IsSpace and the
+// separators U+001C to U+001F.
+func isSpace(r rune) bool { return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f }
 
 // bracketDepth is the deepest nesting of (), [] and {} in a tag's content,
 // outside quotes.

@@ -69,7 +69,16 @@
 //
 // User-defined tokens (type 4, such as added <tool_call> tokens) are found
 // in text whether or not parseSpecial is set, as llama.cpp and Hugging
-// Face's tokenizers do; only control tokens need it. Decode shows them.
+// Face's tokenizers do; only control tokens need it. Decode shows them. A
+// user-defined token whose text is an end-of-generation text becomes a
+// control token, as in llama.cpp: phi-3's user-defined </s> typed as text
+// stays "</", "s", ">" without parseSpecial. As llama.cpp does by model
+// (the file does not say), a model whose general.name holds "phi-3" or
+// "phi3" drops the white space after each special token but <s>, <unk>
+// and <|endoftext|> (so "<|user|>\nHi" encodes as "<|user|>Hi"), and the
+// mask token of Jina v2, Nomic and Jina BERT and ModernBERT models drops
+// the white space before it. testdata/userdefined.json holds llama.cpp's
+// ids for such texts on SPM and BPE vocabularies.
 //
 // # Decoding
 //
@@ -90,8 +99,7 @@
 // byte token falls back to <unk> (or is dropped without one). llama.cpp picks
 // the end-of-turn token by text in hash-map order when the metadata names
 // none; we prefer the texts in a fixed order (<|eot_id|>, <|im_end|>, ...).
-// Per-model token attributes that llama.cpp sets by model name (lstrip and
-// rstrip for Phi-3 and a few embedding models) are not applied. A code point
+// A code point
 // of a BPE token that is outside GPT-2's byte alphabet renders as
 // [UNK_BYTE_0x..], without the token's whole text that llama.cpp appends to
 // each such code point (which costs n² bytes for n of them).

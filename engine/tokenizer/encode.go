@@ -69,9 +69,14 @@ func (t *Tokenizer) encode(text string, addSpecial, parseSpecial, spaceFirst boo
 	return out
 }
 
+// asciiSpace is the white space C's isspace finds, which llama.cpp strips
+// beside a token with the lstrip or rstrip attribute.
+const asciiSpace = " \t\n\v\f\r"
+
 // partition splits the special tokens out of text, longest token text
 // first, as llama.cpp's tokenizer_st_partition does. Without parseSpecial,
-// control and unknown tokens stay text.
+// control and unknown tokens stay text. A token with the lstrip (rstrip)
+// attribute takes the white space before (after) it in its text fragment.
 func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
 	frags := []fragment{{id: -1, text: text}}
 	for _, id := range t.specials {
@@ -101,11 +106,18 @@ func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
 				if i < 0 {
 					break
 				}
-				if i > 0 {
-					next = append(next, fragment{id: -1, text: rest[:i]})
+				left := rest[:i]
+				if t.attrs[id]&attrLStrip != 0 {
+					left = strings.TrimRight(left, asciiSpace)
+				}
+				if left != "" {
+					next = append(next, fragment{id: -1, text: left})
 				}
 				next = append(next, fragment{id: id})
 				rest = rest[i+len(tok):]
+				if t.attrs[id]&attrRStrip != 0 {
+					rest = strings.TrimLeft(rest, asciiSpace)
+				}
 			}
 			if rest != "" {
 				next = append(next, fragment{id: -1, text: rest})

@@ -95,6 +95,9 @@ func VocabFromGGUF(f Metadata) (*Vocab, error) {
 		}
 	}
 
+	v.Name, _ = f.String("general.name")
+	v.Arch, _ = f.String("general.architecture")
+
 	switch model {
 	case ModelSPM:
 		v.BOS, v.EOS, v.UNK = 1, 2, 0

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,13 +28,15 @@ const (
 
 // attribute bits of a token (llama.cpp's llama_token_attr).
 const (
-	attrUndefined uint8 = 1 << iota
+	attrUndefined uint16 = 1 << iota
 	attrUnknown
 	attrUnused
 	attrNormal
 	attrControl
 	attrUserDefined
 	attrByte
+	attrLStrip // Encode drops the white space before the token
+	attrRStrip // Encode drops the white space after the token
 )
 
 // Vocab is everything a Tokenizer is built from: the vocabulary and its
@@ -69,6 +72,10 @@ type Vocab struct {
 	// AddSpacePrefix (SPM) puts a space before text that starts the input
 	// or follows a special token.
 	AddSpacePrefix bool
+	// Name and Arch are the model's general.name and general.architecture,
+	// from which llama.cpp sets some tokens to take the white space beside
+	// them (see stripRules).
+	Name, Arch string
 }
 
 // Tokenizer turns text into token ids and back. It is immutable after New
@@ -79,7 +86,7 @@ type Tokenizer struct {
 	pre    *preTokenizer // BPE only
 	tokens []string
 	scores []float32
-	attrs  []uint8
+	attrs  []uint16
 	index  map[string]int32
 	ranks  map[mergeKey]int32 // BPE only
 
@@ -138,7 +145,7 @@ func New(v *Vocab) (*Tokenizer, error) {
 		model:    v.Model,
 		tokens:   make([]string, n),
 		scores:   make([]float32, n),
-		attrs:    make([]uint8, n),
+		attrs:    make([]uint16, n),
 		index:    make(map[string]int32, n),
 		addBOS:   v.AddBOS,
 		addEOS:   v.AddEOS,
@@ -227,6 +234,7 @@ func New(v *Vocab) (*Tokenizer, error) {
 	sort.SliceStable(t.specials, func(i, j int) bool {
 		return len(t.tokens[t.specials[i]]) > len(t.tokens[t.specials[j]])
 	})
+	t.stripRules(v)
 
 	for b := range t.byteTokens {
 		t.byteTokens[b] = -1
@@ -244,7 +252,7 @@ func New(v *Vocab) (*Tokenizer, error) {
 	return t, nil
 }
 
-func attrOfType(typ int32) uint8 {
+func attrOfType(typ int32) uint16 {
 	switch typ {
 	case TypeNormal:
 		return attrNormal
@@ -311,6 +319,42 @@ func (t *Tokenizer) findEndOfGeneration(extra []int) {
 	if s, ok := t.index["</s>"]; ok && eog("</s>") && eog("<|tool_response>") {
 		delete(t.eog, int(s))
 		t.attrs[s] = attrNormal
+	}
+}
+
+// stripRules sets the tokens that take the white space beside them, as
+// llama.cpp's vocabulary loader does by model (the GGUF file does not say):
+// for a model whose name holds "phi-3" or "phi3", every special token and
+// </s> drop the white space after them, except <unk>, <s> and
+// <|endoftext|>; the mask token of Jina v2 and Nomic/Jina BERT models
+// (<mask>) and of ModernBERT ([MASK]) drops the white space before it.
+func (t *Tokenizer) stripRules(v *Vocab) {
+	set := func(text string, bit uint16, on bool) {
+		if id, ok := t.index[text]; ok {
+			if on {
+				t.attrs[id] |= bit
+			} else {
+				t.attrs[id] &^= bit
+			}
+		}
+	}
+	holds := func(s string, subs ...string) bool {
+		return slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(s, sub) })
+	}
+	name := strings.ToLower(v.Name)
+	switch {
+	case holds(v.Pre, "jina-v2-de", "jina-v2-es", "jina-v2-code") || holds(v.Arch, "nomic-bert-moe", "jina-bert-v3"):
+		set("<mask>", attrLStrip, true)
+	case holds(name, "phi-3", "phi3"):
+		for _, id := range t.specials {
+			t.attrs[id] |= attrRStrip
+		}
+		set("</s>", attrRStrip, true)
+		for _, s := range []string{"<unk>", "<s>", "<|endoftext|>"} {
+			set(s, attrRStrip, false)
+		}
+	case holds(name, "modern-bert"):
+		set("[MASK]", attrLStrip, true)
 	}
 }
 

@@ -1,7 +1,9 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -78,6 +80,99 @@ func TestUserDefinedTokensOnSharedVocabularies(t *testing.T) {
 			text := fmt.Sprintf("a%sb", tt.control)
 			if slices.Contains(tok.Encode(text, false, false), ctl) || !slices.Contains(tok.Encode(text, false, true), ctl) {
 				t.Errorf("the control token %q: %v without parseSpecial, %v with; want it only with", tt.control, tok.Encode(text, false, false), tok.Encode(text, false, true))
+			}
+		})
+	}
+}
+
+// llamaCppUserDefined is testdata/userdefined.json: vocabularies made from
+// the shared ones by a recipe, and llama.cpp's ids for texts on them
+// (written by testdata/gen_userdefined with llama-tokenize).
+type llamaCppUserDefined struct {
+	LlamaCpp string `json:"llama.cpp"`
+	Vocabs   []struct {
+		Name        string   `json:"name"`
+		Base        string   `json:"base"`
+		GeneralName string   `json:"general_name"`
+		UserDefined []string `json:"user_defined"`
+		Add         []struct {
+			Text string `json:"text"`
+			Type int32  `json:"type"`
+		} `json:"add"`
+		EOS   *int `json:"eos"`
+		Cases []struct {
+			Text    string `json:"text"`
+			Plain   []int  `json:"plain"`
+			Special []int  `json:"special"`
+		} `json:"cases"`
+	} `json:"vocabs"`
+}
+
+// TestUserDefinedLikeLlamaCpp encodes texts holding user-defined tokens
+// (and control-token texts) on SPM and BPE vocabularies and wants
+// llama.cpp's ids, without and with parseSpecial. Among them is phi-3's
+// vocabulary, whose </s> is a user-defined token: llama.cpp makes it a
+// control token (its text is an end-of-generation text), so typed as text
+// without parseSpecial it stays "</", "s", ">". A phi-3 whose general.name
+// holds "Phi3" also drops the white space after each special token but
+// <s>, <unk> and <|endoftext|>; "Phi 3 Mini" does not.
+func TestUserDefinedLikeLlamaCpp(t *testing.T) {
+	b, err := os.ReadFile("testdata/userdefined.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d llamaCppUserDefined
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Vocabs) == 0 {
+		t.Fatal("userdefined.json has no vocabularies")
+	}
+	for _, rv := range d.Vocabs {
+		t.Run(rv.Name, func(t *testing.T) {
+			f, err := gguf.Open(testshared.Path(t, "testdata/tokenizer/"+rv.Base))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			v, err := VocabFromGGUF(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.Tokens, v.Types, v.Scores = slices.Clone(v.Tokens), slices.Clone(v.Types), slices.Clone(v.Scores)
+			for _, s := range rv.UserDefined {
+				i := slices.Index(v.Tokens, s)
+				if i < 0 {
+					t.Fatalf("no token %q in %s", s, rv.Base)
+				}
+				v.Types[i] = TypeUserDefined
+			}
+			for _, a := range rv.Add {
+				v.Tokens = append(v.Tokens, a.Text)
+				v.Types = append(v.Types, a.Type)
+				if v.Scores != nil {
+					v.Scores = append(v.Scores, 0)
+				}
+			}
+			if rv.EOS != nil {
+				v.EOS = *rv.EOS
+			}
+			if rv.GeneralName != "" {
+				v.Name = rv.GeneralName
+			}
+			tok, err := New(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range rv.Cases {
+				for _, m := range []struct {
+					special bool
+					want    []int
+				}{{false, c.Plain}, {true, c.Special}} {
+					if got := tok.Encode(c.Text, false, m.special); !slices.Equal(got, m.want) {
+						t.Errorf("%q, parseSpecial %v:\n got %v\nwant %v (llama.cpp %.9s)", c.Text, m.special, got, m.want, d.LlamaCpp)
+					}
+				}
 			}
 		})
 	}
