@@ -24,6 +24,7 @@ import (
 type Engine struct {
 	model *model.Model
 	tok   *tokenizer.Tokenizer
+	cons  constrained // the vocabulary trie and mask of constrained requests, built on first use
 
 	mu     sync.Mutex
 	cmds   []func()

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"kvscope/engine/constrain"
 	"kvscope/engine/kvcache"
 	"kvscope/engine/sample"
 )
@@ -46,6 +47,13 @@ type Request struct {
 	// Label names the request in snapshots and events (a conversation's
 	// title, say).
 	Label string
+	// Constraint, when set, limits every sample to output its grammar
+	// accepts (JSON, a JSON Schema, a choice, a regular expression; see
+	// package constrain): at each step the tokens that would leave it are
+	// masked out. End-of-generation tokens are allowed only where the
+	// output is complete, and a sample whose output nothing can extend
+	// ends there (FinishStop). The prompt is cached and shared as usual.
+	Constraint *constrain.Grammar
 }
 
 // FinishReason says why a sample ended.
@@ -209,4 +217,22 @@ func (r *Request) validate() error {
 		}
 	}
 	return nil
+}
+
+// constrained is what constrained sampling needs of the engine's
+// vocabulary, built the first time a request has a Constraint.
+type constrained struct {
+	vocab *constrain.Vocab
+	mask  []uint64
+	eog   []int
+}
+
+// vocab returns the engine's constraint vocabulary (the loop's goroutine).
+func (e *Engine) constraintVocab() *constrained {
+	if e.cons.vocab == nil {
+		e.cons.vocab = constrain.FromTokenizer(e.tok)
+		e.cons.mask = make([]uint64, (max(e.model.Vocab, e.tok.Size())+63)/64)
+		e.cons.eog = e.tok.EOGs()
+	}
+	return &e.cons
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"kvscope/engine/constrain"
 	"kvscope/engine/kvcache"
 	"kvscope/engine/model"
 	"kvscope/engine/sample"
@@ -46,6 +47,7 @@ type seqState struct {
 	r         *reqState
 	index     int
 	sampler   *sample.Sampler
+	match     *constrain.Matcher // the request's constraint, nil without one
 	dec       *tokenizer.Decoder
 	history   []int // prompt and generated ids, for penalties
 	generated int
@@ -70,6 +72,9 @@ func (e *Engine) startSample(rs *reqState, i int, parent *seqState) *seqState {
 	s := &seqState{r: rs, index: i, sampler: smp, dec: e.tok.NewDecoder(),
 		q: &sched.Seq{ID: e.nextSeq, Priority: rs.req.Priority, NoCache: rs.req.NoCache}}
 	s.q.Opts = e.seqOpts(rs)
+	if rs.req.Constraint != nil {
+		s.match = rs.req.Constraint.NewMatcher()
+	}
 	if parent == nil {
 		s.q.Tokens = toInt32(rs.prompt)
 		s.history = append([]int(nil), rs.prompt...)
@@ -224,11 +229,18 @@ func (e *Engine) sampleNext(s *seqState, logits []float32) {
 			}
 		}
 	}
-	tok := s.sampler.Sample(logits, s.history)
+	var tok int
+	if s.match != nil {
+		if tok = e.sampleConstrained(s, logits); tok < 0 {
+			return
+		}
+	} else {
+		tok = s.sampler.Sample(logits, s.history)
+	}
 	if s.generated == 0 {
 		s.first = time.Now()
 	}
-	if !rs.req.IgnoreEOS && e.tok.IsEOG(tok) {
+	if !rs.req.IgnoreEOS && e.tok.IsEOG(tok) || s.match != nil && e.tok.IsEOG(tok) {
 		s.end = []int{tok}
 		e.finish(s, FinishStop, nil)
 		return
@@ -241,9 +253,41 @@ func (e *Engine) sampleNext(s *seqState, logits []float32) {
 	switch {
 	case stopped:
 		e.finish(s, FinishStop, nil)
+	case s.match != nil && s.match.Done():
+		e.finish(s, FinishStop, nil) // nothing can follow: the output is complete
 	case rs.req.MaxTokens > 0 && s.generated >= rs.req.MaxTokens:
 		e.finish(s, FinishLength, nil)
 	}
+}
+
+// sampleConstrained samples s's next token among those its constraint
+// allows, with end-of-generation tokens where the output is complete, and
+// moves the constraint past it. It returns -1 after finishing s when no
+// token can continue the output.
+func (e *Engine) sampleConstrained(s *seqState, logits []float32) int {
+	c := e.constraintVocab()
+	n := s.match.Allowed(c.vocab, c.mask)
+	if s.match.Accepting() {
+		for _, id := range c.eog {
+			if id >= 0 && id < len(c.mask)*64 {
+				c.mask[id>>6] |= 1 << (id & 63)
+				n++
+			}
+		}
+	}
+	tok := -1
+	if n > 0 {
+		tok = s.sampler.SampleAllowed(logits, s.history, c.mask)
+	}
+	if tok < 0 {
+		e.finish(s, FinishError, errors.New("constrained output: no token of the vocabulary can continue it"))
+		return -1
+	}
+	if !e.tok.IsEOG(tok) && !s.match.Advance(c.vocab.Piece(tok)) {
+		e.finish(s, FinishError, fmt.Errorf("constrained output: token %d was allowed but refused", tok))
+		return -1
+	}
+	return tok
 }
 
 // cutStop appends piece to the held-back text and returns what can be

@@ -90,6 +90,8 @@ type Sampler struct {
 	counts []int32   // per-token occurrence counts, all zero between calls
 	cands  []cand    // surviving tokens
 	w      []float64 // draw weights of the surviving tokens
+	mask   []uint64  // SampleAllowed's mask
+	masked bool      // within SampleAllowed
 }
 
 // New returns a Sampler for p, or the error from p.Validate.
@@ -128,6 +130,24 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 	return s.draw(c)
 }
 
+// SampleAllowed is Sample over the tokens whose bit is set in allowed
+// (bit id%64 of word id/64; ids past its end are not allowed): the others
+// count as -Inf before every stage, as a grammar's mask does in
+// llama.cpp. It returns -1 when no allowed token has a logit above -Inf
+// (NaN counts as -Inf), never a token outside the mask.
+func (s *Sampler) SampleAllowed(logits []float32, history []int, allowed []uint64) int {
+	if len(logits) == 0 {
+		return -1
+	}
+	s.mask, s.masked = allowed, true
+	defer func() { s.mask, s.masked = nil, false }()
+	c, tok := s.filter(logits, history)
+	if tok >= 0 || c == nil {
+		return tok
+	}
+	return s.draw(c)
+}
+
 // filter runs every stage but the draw. It returns either the surviving
 // tokens, or (nil, token) when the choice is already made: greedy mode, a
 // single survivor, or the all -Inf fallback. len(logits) > 0.
@@ -138,7 +158,7 @@ func (s *Sampler) filter(logits []float32, history []int) ([]cand, int) {
 	if s.p.Temperature <= 0 {
 		best := Greedy(s.logits)
 		if math.IsInf(float64(s.logits[best]), -1) {
-			return nil, Greedy(logits)
+			return nil, s.fallback(logits)
 		}
 		return nil, best
 	}
@@ -157,7 +177,7 @@ func (s *Sampler) filter(logits []float32, history []int) ([]cand, int) {
 		}
 	}
 	if len(c) == 0 {
-		return nil, Greedy(logits)
+		return nil, s.fallback(logits)
 	}
 	c = s.topP(c, sorted)
 	c = s.minP(c)
@@ -165,6 +185,15 @@ func (s *Sampler) filter(logits []float32, history []int) ([]cand, int) {
 		return nil, int(c[0].id)
 	}
 	return c, -1
+}
+
+// fallback is the token when nothing survives the penalties: the raw
+// arg-max, or -1 under a mask (whose tokens all had -Inf logits).
+func (s *Sampler) fallback(logits []float32) int {
+	if s.masked {
+		return -1
+	}
+	return Greedy(logits)
 }
 
 // load copies logits into s.logits, mapping NaN to -Inf and +Inf to the
@@ -185,6 +214,23 @@ func (s *Sampler) load(logits []float32) {
 			}
 		}
 		dst[i] = v
+	}
+	if s.masked {
+		inf := float32(math.Inf(-1))
+		for w := range (len(dst) + 63) / 64 {
+			var bits uint64
+			if w < len(s.mask) {
+				bits = s.mask[w]
+			}
+			if bits == ^uint64(0) {
+				continue
+			}
+			for i := w * 64; i < min(w*64+64, len(dst)); i++ {
+				if bits&(1<<(i&63)) == 0 {
+					dst[i] = inf
+				}
+			}
+		}
 	}
 }
 

@@ -691,3 +691,40 @@ func TestTopK(t *testing.T) {
 		}
 	}
 }
+
+func TestSampleAllowed(t *testing.T) {
+	logits := []float32{3, 2.5, 1, 0.5, 2.9, negInf}
+	cases := []struct {
+		name    string
+		temp    float32
+		allowed []uint64
+		want    []int // the tokens that may come out
+	}{
+		{"greedy skips the masked arg-max", 0, []uint64{0b011110}, []int{4}},
+		{"greedy single", 0, []uint64{0b001000}, []int{3}},
+		{"nothing allowed", 0, []uint64{0}, []int{-1}},
+		{"only a -Inf token allowed", 0.8, []uint64{0b100000}, []int{-1}},
+		{"short mask", 0, nil, []int{-1}},
+		{"draws stay inside", 1.5, []uint64{0b001110}, []int{1, 2, 3}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := DefaultParams()
+			p.Temperature, p.TopK, p.MinP, p.TopP = c.temp, 0, 0, 1
+			s, err := New(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 200 {
+				got := s.SampleAllowed(logits, nil, c.allowed)
+				if !slices.Contains(c.want, got) {
+					t.Fatalf("SampleAllowed = %d, want one of %v", got, c.want)
+				}
+			}
+			// The mask is not kept: a plain Sample sees every token again.
+			if got := s.Sample(logits, nil); c.temp == 0 && got != 0 {
+				t.Errorf("Sample after SampleAllowed = %d, want 0", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,350 @@
+package constrain
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"kvscope/engine/gguf"
+	"kvscope/engine/tokenizer"
+	"kvscope/internal/testshared"
+)
+
+func mustSchema(t testing.TB, s string) *Grammar {
+	t.Helper()
+	g, err := Schema([]byte(s))
+	if err != nil {
+		t.Fatalf("Schema(%s): %v", s, err)
+	}
+	return g
+}
+
+func TestMatch(t *testing.T) {
+	anyJSON := JSON(false)
+	object := JSON(true)
+	re := func(p string) *Grammar {
+		g, err := Regex(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	choice, err := Choice([]string{"yes", "no", "not sure"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	person := mustSchema(t, `{"type":"object","properties":{"name":{"type":"string","maxLength":5},"age":{"type":"integer"},"tags":{"type":"array","items":{"enum":["a","b"]},"minItems":1,"maxItems":2}},"required":["name"]}`)
+	cases := []struct {
+		name string
+		g    *Grammar
+		text string
+		want bool
+	}{
+		{"json number", anyJSON, `-12.5e+3`, true},
+		{"json leading zero", anyJSON, `012`, false},
+		{"json nested", anyJSON, `{"a": [1, true, null, "x\n\u00e9é"], "b": {}}`, true},
+		{"json newline indent", anyJSON, "{\n  \"a\": 1\n}", true},
+		{"json bad escape", anyJSON, `"\x"`, false},
+		{"json control char", anyJSON, "\"a\tb\"", false},
+		{"json trailing comma", anyJSON, `[1,]`, false},
+		{"json too much indent", anyJSON, "[\n" + strings.Repeat(" ", 21) + "1]", false},
+		{"json unclosed", anyJSON, `{"a": 1`, false},
+		{"object", object, `{"k": "v"}`, true},
+		{"object not array", object, `[1]`, false},
+		{"choice", choice, "not sure", true},
+		{"choice prefix", choice, "not", false},
+		{"choice other", choice, "maybe", false},
+		{"regex", re(`[a-c]+-\d{2,3}`), "abca-123", true},
+		{"regex short", re(`[a-c]+-\d{2,3}`), "a-1", false},
+		{"regex long", re(`[a-c]+-\d{2,3}`), "a-1234", false},
+		{"regex anchors", re(`^(foo|bar)$`), "bar", true},
+		{"regex unicode class", re(`[α-ω]{2}`), "λμ", true},
+		{"regex unicode class ascii", re(`[α-ω]{2}`), "ab", false},
+		{"regex fold", re(`(?i)hello`), "HeLLo", true},
+		{"regex dot", re(`a.c`), "a€c", true},
+		{"regex dot newline", re(`a.c`), "a\nc", false},
+		{"regex nested stars", re(`(a*)*b`), "aaab", true},
+		{"schema ok", person, `{"name": "Ann", "age": 31, "tags": ["a"]}`, true},
+		{"schema optional left out", person, `{"name":"Bob"}`, true},
+		{"schema required missing", person, `{"age": 3}`, false},
+		{"schema order", person, `{"age": 3, "name": "Bob"}`, false},
+		{"schema maxLength", person, `{"name": "Annabel"}`, false},
+		{"schema enum", person, `{"name": "A", "tags": ["c"]}`, false},
+		{"schema maxItems", person, `{"name": "A", "tags": ["a","b","a"]}`, false},
+		{"schema minItems", person, `{"name": "A", "tags": []}`, false},
+		{"schema no extra", person, `{"name": "A", "x": 1}`, false},
+		{"schema wrong type", person, `{"name": 5}`, false},
+		{"date", mustSchema(t, `{"type":"string","format":"date"}`), `"2024-02-29"`, true},
+		{"date bad", mustSchema(t, `{"type":"string","format":"date"}`), `"2024-13-01"`, false},
+		{"uuid", mustSchema(t, `{"type":"string","format":"uuid"}`), `"123e4567-e89b-12d3-a456-426614174000"`, true},
+		{"date-time", mustSchema(t, `{"type":"string","format":"date-time"}`), `"2024-02-29T10:00:00Z"`, true},
+		{"pattern", mustSchema(t, `{"type":"string","pattern":"^[A-Z]{2}[0-9]$"}`), `"AB1"`, true},
+		{"pattern bad", mustSchema(t, `{"type":"string","pattern":"^[A-Z]{2}[0-9]$"}`), `"AB"`, false},
+		{"anyOf", mustSchema(t, `{"anyOf":[{"type":"integer"},{"type":"null"}]}`), `null`, true},
+		{"type list", mustSchema(t, `{"type":["string","boolean"]}`), `false`, true},
+		{"type list no", mustSchema(t, `{"type":["string","boolean"]}`), `1`, false},
+		{"const", mustSchema(t, `{"const":{"a":[1,2]}}`), `{"a":[1,2]}`, true},
+		{"ref", mustSchema(t, `{"$defs":{"n":{"type":"object","properties":{"next":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}`), `{"next":{"next":{}}}`, true},
+		{"additional", mustSchema(t, `{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"string"}}`), `{"a":1,"b":"x","c":"y"}`, true},
+		{"additional wrong", mustSchema(t, `{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"string"}}`), `{"a":1,"b":2}`, false},
+		{"prefixItems", mustSchema(t, `{"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":false}`), `[1,"a"]`, true},
+		{"prefixItems short ok", mustSchema(t, `{"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":false}`), `[1]`, true},
+		{"prefixItems too many", mustSchema(t, `{"type":"array","prefixItems":[{"type":"integer"}],"items":false}`), `[1,2]`, false},
+		{"true schema", mustSchema(t, `true`), `[{"x":null}]`, true},
+		{"optional middle", mustSchema(t, `{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}},"required":["c"]}`), `{"b":2,"c":3}`, true},
+		{"optional middle bad comma", mustSchema(t, `{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}},"required":["c"]}`), `{,"c":3}`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.g.Match(c.text); got != c.want {
+				t.Errorf("Match(%q) = %v, want %v", c.text, got, c.want)
+			}
+		})
+	}
+}
+
+func TestSchemaRefused(t *testing.T) {
+	cases := []struct{ schema, want string }{
+		{`{"type":"integer","minimum":3}`, "minimum"},
+		{`{"allOf":[{"type":"integer"},{"type":"number"}]}`, "allOf"},
+		{`{"type":"string","format":"email"}`, "email"},
+		{`{"type":"strin"}`, "json schema"}, // the library refuses it
+		{`{"$ref":"http://example.com/s.json"}`, "json schema"},
+		{`false`, "matches nothing"},
+		{`{"type":"string","maxLength":100000000}`, "too large"},
+		{`{"type":"array","items":false,"minItems":1}`, "minItems"},
+		{`not json`, "json schema"},
+	}
+	for _, c := range cases {
+		_, err := Schema([]byte(c.schema))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Schema(%s) = %v, want an error naming %q", c.schema, err, c.want)
+		}
+	}
+	if _, err := Regex(`a\bb`); err == nil {
+		t.Error("a word boundary was accepted")
+	}
+	if _, err := Regex(`a(`); err == nil {
+		t.Error("a bad pattern was accepted")
+	}
+	if _, err := Choice(nil); err == nil {
+		t.Error("an empty choice was accepted")
+	}
+}
+
+// sharedVocab loads a tokenizer from the shared test data.
+func sharedTokenizer(t testing.TB, rel string) *tokenizer.Tokenizer {
+	t.Helper()
+	f, err := gguf.Open(testshared.Path(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestAllowedMatchesBruteForce checks each mask against feeding every
+// token's bytes to a fresh copy of the matcher, along random valid paths.
+func TestAllowedMatchesBruteForce(t *testing.T) {
+	pieces := []string{"", "{", "}", "\"", "\"a", "a", "ab", "b\"", ":", ": ", " ", ",", "\n", "1", "12", "-", "true", "tr", "ue", "null", "[", "]", "é"[:1], "é"[1:], "é", "\\", "\\n", "x\"}", "{\"", "\":", "name", "\"name\"", "<|end|>"}
+	pieces[len(pieces)-1] = "" // a control token
+	v := NewVocab(pieces)
+	grammars := map[string]*Grammar{
+		"json":   JSON(false),
+		"schema": mustSchema(t, `{"type":"object","properties":{"name":{"type":"string","maxLength":3},"n":{"type":"integer"}},"required":["name"]}`),
+	}
+	mask := make([]uint64, v.MaskWords())
+	rng := rand.New(rand.NewPCG(1, 2))
+	for name, g := range grammars {
+		for walk := range 30 {
+			m := g.NewMatcher()
+			for step := range 12 {
+				n := m.Allowed(v, mask)
+				var ok []int
+				for id, p := range pieces {
+					probe := *m
+					want := p != "" && probe.Advance(p)
+					got := mask[id>>6]&(1<<(id&63)) != 0
+					if got != want {
+						t.Fatalf("%s walk %d step %d: token %q allowed %v, brute force %v", name, walk, step, p, got, want)
+					}
+					if want {
+						ok = append(ok, id)
+					}
+				}
+				if n != len(ok) {
+					t.Fatalf("%s: Allowed counted %d, mask has %d", name, n, len(ok))
+				}
+				if len(ok) == 0 {
+					break
+				}
+				if !m.Advance(pieces[ok[rng.IntN(len(ok))]]) {
+					t.Fatal("an allowed token was refused")
+				}
+			}
+		}
+	}
+}
+
+// generate draws random allowed tokens until the matcher is done, is
+// accepting and a coin says stop, or max tokens; it returns the text.
+func generate(t *testing.T, g *Grammar, v *Vocab, rng *rand.Rand, max int) (string, bool) {
+	m := g.NewMatcher()
+	mask := make([]uint64, v.MaskWords())
+	var out strings.Builder
+	for range max {
+		if m.Done() || m.Accepting() && rng.IntN(4) == 0 {
+			return out.String(), true
+		}
+		n := m.Allowed(v, mask)
+		if n == 0 {
+			t.Fatalf("no token continues %q (accepting %v)", out.String(), m.Accepting())
+		}
+		k := rng.IntN(n)
+		for id := range v.Size() {
+			if mask[id>>6]&(1<<(id&63)) != 0 {
+				if k == 0 {
+					if !m.Advance(v.Piece(id)) {
+						t.Fatalf("allowed token %q refused", v.Piece(id))
+					}
+					out.WriteString(v.Piece(id))
+					break
+				}
+				k--
+			}
+		}
+	}
+	return out.String(), m.Accepting()
+}
+
+// TestGeneratedValidates draws random constrained outputs on the GPT-2
+// vocabulary and checks each against the schema with the jsonschema
+// library, so the grammar is checked by an independent validator.
+func TestGeneratedValidates(t *testing.T) {
+	tok := sharedTokenizer(t, "testdata/tokenizer/ggml-vocab-gpt-2.gguf")
+	v := FromTokenizer(tok)
+	schemas := []string{
+		`{"type":"object","properties":{"name":{"type":"string","maxLength":8},"age":{"type":"integer"},"ok":{"type":"boolean"},"kind":{"enum":["cat","dog",null,3]},"tags":{"type":"array","items":{"type":"string","maxLength":4},"maxItems":3}},"required":["name","kind"]}`,
+		`{"type":"array","items":{"anyOf":[{"type":"number"},{"type":"string","format":"date"},{"type":"null"}]},"minItems":2,"maxItems":4}`,
+		`{"type":"object","properties":{"id":{"type":"string","format":"uuid"},"at":{"type":"string","format":"date-time"},"code":{"type":"string","pattern":"^[A-Z]{3}-[0-9]{2}$"}},"required":["id","at","code"],"additionalProperties":false}`,
+		`{"$defs":{"t":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/t"},"maxItems":2}},"required":["v"]}},"$ref":"#/$defs/t"}`,
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i, s := range schemas {
+		g := mustSchema(t, s)
+		doc, _ := jsonschema.UnmarshalJSON(strings.NewReader(s))
+		c := jsonschema.NewCompiler()
+		if err := c.AddResource("mem://s.json", doc); err != nil {
+			t.Fatal(err)
+		}
+		sch, err := c.Compile("mem://s.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range 20 {
+			text, complete := generate(t, g, v, rng, 400)
+			if !complete {
+				continue // cut at max tokens: nothing to validate
+			}
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+			if err != nil {
+				t.Fatalf("schema %d output %d is not JSON: %v\n%s", i, k, err, text)
+			}
+			if err := sch.Validate(inst); err != nil {
+				t.Fatalf("schema %d output %d does not validate: %v\n%s", i, k, err, text)
+			}
+		}
+	}
+}
+
+// TestUTF8Ranges checks the UTF-8 range splitter against utf8.EncodeRune.
+func TestUTF8Ranges(t *testing.T) {
+	for _, r := range [][2]rune{{0, 0x10FFFF}, {0x7F, 0x80}, {0x700, 0x900}, {0xD000, 0xE100}, {0x1F600, 0x1F64F}, {'a', 'z'}} {
+		g := newBuilder()
+		cr, err := g.runeClass([][2]rune{r}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gr := g.freeze(cr)
+		rng := rand.New(rand.NewPCG(uint64(r[0]), 9))
+		for range 500 {
+			c := r[0] + rune(rng.IntN(int(r[1]-r[0]+1)))
+			want := c < 0xD800 || c > 0xDFFF
+			if got := gr.Match(string(c)); got != want && want {
+				t.Fatalf("range %x-%x: %U matched %v", r[0], r[1], c, got)
+			}
+		}
+		if gr.Match(string(rune(r[1]+1))) && r[1] < 0x10FFFF {
+			t.Fatalf("range %x-%x matched %U", r[0], r[1], r[1]+1)
+		}
+	}
+}
+
+// synthVocab is a 128k-token vocabulary: GPT-2's 50k tokens and pairs of
+// them, as a stand-in for Llama 3's.
+func synthVocab(tb testing.TB) *Vocab {
+	tok := sharedTokenizer(tb, "testdata/tokenizer/ggml-vocab-gpt-2.gguf")
+	base := FromTokenizer(tok)
+	pieces := make([]string, 0, 128256)
+	for id := range base.Size() {
+		pieces = append(pieces, base.Piece(id))
+	}
+	seen := map[string]bool{}
+	for _, p := range pieces {
+		seen[p] = true
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for len(pieces) < 128256 {
+		p := pieces[rng.IntN(base.Size())] + pieces[rng.IntN(base.Size())]
+		if len(p) > 16 || seen[p] {
+			continue
+		}
+		seen[p] = true
+		pieces = append(pieces, p)
+	}
+	return NewVocab(pieces)
+}
+
+// BenchmarkAllowed measures one step's mask on a 128k-token vocabulary at
+// the costliest points of a JSON schema: inside a string (nearly every
+// token allowed) and after a key (few allowed).
+func BenchmarkAllowed(b *testing.B) {
+	v := synthVocab(b)
+	g := mustSchema(b, `{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},"required":["name","age"]}`)
+	mask := make([]uint64, v.MaskWords())
+	for _, at := range []string{`{"name": "abc`, `{"name": "abc", `, `{"name": "abc", "age": 1`} {
+		b.Run(fmt.Sprintf("after %q", at), func(b *testing.B) {
+			m := g.NewMatcher()
+			if !m.Advance(at) {
+				b.Fatal("prefix refused")
+			}
+			n := m.Allowed(v, mask) // the first call builds the automaton's tables
+			for b.Loop() {
+				m.Allowed(v, mask)
+			}
+			b.ReportMetric(float64(n), "allowed")
+			b.ReportMetric(float64(v.Nodes()), "trie-nodes")
+		})
+	}
+}
+
+func TestCanonical(t *testing.T) {
+	d := json.NewDecoder(bytes.NewReader([]byte(`{"b": [1, 2.50, "x"], "a": {"z": null, "y": true}}`)))
+	d.UseNumber()
+	v, err := decodeOrdered(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := canonical(v), `{"b":[1,2.50,"x"],"a":{"z":null,"y":true}}`; got != want {
+		t.Errorf("canonical = %s, want %s", got, want)
+	}
+}

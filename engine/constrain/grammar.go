@@ -1,0 +1,363 @@
+package constrain
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"unsafe"
+)
+
+// class is a set of bytes.
+type class [4]uint64
+
+func (c *class) add(lo, hi byte) {
+	for b := int(lo); b <= int(hi); b++ {
+		c[b>>6] |= 1 << (b & 63)
+	}
+}
+
+func (c class) has(b byte) bool { return c[b>>6]&(1<<(b&63)) != 0 }
+
+func byteRange(lo, hi byte) class {
+	var c class
+	c.add(lo, hi)
+	return c
+}
+
+// sym is one element of a rule's alternative: a class index (>= 0), a rule
+// reference (-2 - rule), or symEnd, the end of an alternative.
+type sym int32
+
+const symEnd sym = -1
+
+func ruleRef(r int) sym { return sym(-2 - r) }
+
+// builder collects rules before they are frozen into a Grammar.
+type builder struct {
+	classes  []class
+	classIdx map[class]int32
+	rules    [][][]sym // rule -> alternatives -> sequence
+	lits     map[string]int
+	budget   int // rules left before the grammar is refused as too large
+}
+
+// maxRules bounds a grammar's size, so that a hostile schema (maxLength:
+// 1e9, say) is refused rather than exhausting memory.
+const maxRules = 200000
+
+var errTooLarge = errors.New("the constraint is too large (over 200000 grammar rules)")
+
+func newBuilder() *builder {
+	return &builder{classIdx: map[class]int32{}, lits: map[string]int{}, budget: maxRules}
+}
+
+// cls returns the symbol of byte class c.
+func (b *builder) cls(c class) sym {
+	if i, ok := b.classIdx[c]; ok {
+		return sym(i)
+	}
+	b.classes = append(b.classes, c)
+	b.classIdx[c] = int32(len(b.classes) - 1)
+	return sym(len(b.classes) - 1)
+}
+
+// newRule reserves a rule to be set later.
+func (b *builder) newRule() (int, error) {
+	if b.budget <= 0 {
+		return 0, errTooLarge
+	}
+	b.budget--
+	b.rules = append(b.rules, nil)
+	return len(b.rules) - 1, nil
+}
+
+// rule adds a rule with the given alternatives.
+func (b *builder) rule(alts ...[]sym) (int, error) {
+	r, err := b.newRule()
+	if err != nil {
+		return 0, err
+	}
+	b.rules[r] = alts
+	return r, nil
+}
+
+// lit is the sequence of byte classes spelling s.
+func (b *builder) lit(s string) []sym {
+	out := make([]sym, len(s))
+	for i := 0; i < len(s); i++ {
+		out[i] = b.cls(byteRange(s[i], s[i]))
+	}
+	return out
+}
+
+// litRule is a rule matching s exactly (shared between uses).
+func (b *builder) litRule(s string) (int, error) {
+	if r, ok := b.lits[s]; ok {
+		return r, nil
+	}
+	r, err := b.rule(b.lit(s))
+	b.lits[s] = r
+	return r, err
+}
+
+// seq joins sequences.
+func seq(parts ...[]sym) []sym {
+	var out []sym
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// ref is the one-symbol sequence referring to rule r.
+func ref(r int) []sym { return []sym{ruleRef(r)} }
+
+// star is a rule matching x zero or more times (x is a rule).
+func (b *builder) star(x int) (int, error) {
+	r, err := b.newRule()
+	if err != nil {
+		return 0, err
+	}
+	b.rules[r] = [][]sym{seq(ref(x), ref(r)), nil}
+	return r, nil
+}
+
+// repeat is a rule matching x from lo to hi times (hi < 0: no bound).
+func (b *builder) repeat(x, lo, hi int) (int, error) {
+	if hi >= 0 && hi-lo > maxRules || lo > maxRules {
+		return 0, errTooLarge
+	}
+	var tail []sym // what follows the lo required copies
+	switch {
+	case hi < 0:
+		s, err := b.star(x)
+		if err != nil {
+			return 0, err
+		}
+		tail = ref(s)
+	case hi > lo:
+		// opt_k ::= "" | x opt_{k-1}, so that at most hi-lo more follow.
+		prev := -1
+		for k := 1; k <= hi-lo; k++ {
+			alt := ref(x)
+			if prev >= 0 {
+				alt = seq(alt, ref(prev))
+			}
+			r, err := b.rule(nil, alt)
+			if err != nil {
+				return 0, err
+			}
+			prev = r
+		}
+		tail = ref(prev)
+	}
+	var body []sym
+	for range lo {
+		body = append(body, ruleRef(x))
+	}
+	return b.rule(seq(body, tail))
+}
+
+// Grammar is a compiled constraint. Its automaton is built lazily as
+// Matchers walk it, under a lock: a Grammar may be shared by many Matchers
+// and goroutines.
+type Grammar struct {
+	mu      sync.Mutex
+	classes []class
+	code    []sym   // alternatives, each ended by symEnd
+	alts    [][]int // rule -> start positions in code
+	root    int
+
+	nodes   []node // interned stack nodes; node 0 is the empty stack
+	nodeIdx map[node]int32
+	states  []stateInfo // state 0 is dead (no stacks)
+	// trans[st*256+c] is 1 + the state after byte c from st, 0 while
+	// not yet computed.
+	trans    []int32
+	stateIdx map[string]int32
+	start    int32
+
+	masks map[maskKey]cachedMask
+
+	// scratch for closures
+	visited map[node]struct{}
+	buf     []int32
+}
+
+// node is a stack entry: a position in code and the node below it.
+type node struct{ pos, parent int32 }
+
+type stateInfo struct {
+	nodes  []int32 // sorted top nodes (0: an empty stack, the match is complete)
+	accept bool
+	done   bool // accept, and no byte can follow
+}
+
+// maxStacks bounds the stacks of one parse position: a pathologically
+// ambiguous pattern is cut there rather than exhausting memory.
+const maxStacks = 1 << 14
+
+// freeze compiles the builder's rules with root as the start.
+func (b *builder) freeze(root int) *Grammar {
+	g := &Grammar{classes: b.classes, alts: make([][]int, len(b.rules)), root: root,
+		nodeIdx: map[node]int32{}, stateIdx: map[string]int32{}, masks: map[maskKey]cachedMask{}, visited: map[node]struct{}{}}
+	for r, alts := range b.rules {
+		for _, a := range alts {
+			g.alts[r] = append(g.alts[r], len(g.code))
+			g.code = append(g.code, a...)
+			g.code = append(g.code, symEnd)
+		}
+	}
+	g.nodes = []node{{-1, -1}}
+	g.states = []stateInfo{{}}
+	g.trans = make([]int32, 256)
+	g.stateIdx[""] = 0
+	g.buf = g.buf[:0]
+	clear(g.visited)
+	for _, a := range g.alts[root] {
+		g.closure(int32(a), 0)
+	}
+	g.start = g.intern(g.buf)
+	return g
+}
+
+func (g *Grammar) nodeID(n node) int32 {
+	if id, ok := g.nodeIdx[n]; ok {
+		return id
+	}
+	g.nodes = append(g.nodes, n)
+	id := int32(len(g.nodes) - 1)
+	g.nodeIdx[n] = id
+	return id
+}
+
+// closure adds to g.buf the top nodes reached from position pos with the
+// stack parent below: terminals stay, rule references expand into their
+// alternatives, and the end of an alternative returns to the parent.
+func (g *Grammar) closure(pos, parent int32) {
+	key := node{pos, parent}
+	if _, seen := g.visited[key]; seen || len(g.buf) >= maxStacks {
+		return
+	}
+	g.visited[key] = struct{}{}
+	s := g.code[pos]
+	switch {
+	case s >= 0:
+		g.buf = append(g.buf, g.nodeID(key))
+	case s == symEnd:
+		if parent == 0 {
+			g.buf = append(g.buf, 0)
+			return
+		}
+		p := g.nodes[parent]
+		g.closure(p.pos, p.parent)
+	default:
+		r := int(-2 - s)
+		cont := parent
+		if g.code[pos+1] != symEnd {
+			cont = g.nodeID(node{pos + 1, parent})
+		}
+		for _, a := range g.alts[r] {
+			g.closure(int32(a), cont)
+		}
+	}
+}
+
+// intern returns the state of the set of top nodes in ids (sorted and
+// deduplicated here).
+func (g *Grammar) intern(ids []int32) int32 {
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	key := unsafe.String((*byte)(unsafe.Pointer(unsafe.SliceData(ids))), len(ids)*4)
+	if id, ok := g.stateIdx[key]; ok {
+		return id
+	}
+	st := stateInfo{nodes: slices.Clone(ids)}
+	st.accept = len(ids) > 0 && ids[0] == 0
+	st.done = st.accept && len(ids) == 1
+	g.states = append(g.states, st)
+	g.trans = append(g.trans, make([]int32, 256)...)
+	id := int32(len(g.states) - 1)
+	g.stateIdx[string(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(st.nodes))), len(ids)*4))] = id
+	return id
+}
+
+// step returns the state after byte c from state st (0: dead). The
+// caller holds g.mu.
+func (g *Grammar) step(st int32, c byte) int32 {
+	if v := g.trans[int(st)<<8|int(c)]; v != 0 {
+		return v - 1
+	}
+	return g.compute(st, c)
+}
+
+// compute works out and records the transition of step.
+func (g *Grammar) compute(st int32, c byte) int32 {
+	g.buf = g.buf[:0]
+	clear(g.visited)
+	for _, n := range g.states[st].nodes {
+		if n == 0 {
+			continue
+		}
+		nd := g.nodes[n]
+		if g.classes[g.code[nd.pos]].has(c) {
+			g.closure(nd.pos+1, nd.parent)
+		}
+	}
+	next := int32(0)
+	if len(g.buf) > 0 {
+		next = g.intern(g.buf)
+	}
+	g.trans[int(st)<<8|int(c)] = next + 1
+	return next
+}
+
+// A Matcher follows one output through a Grammar. It is not safe for
+// concurrent use; give each output its own (they may share the Grammar).
+type Matcher struct {
+	g  *Grammar
+	st int32
+}
+
+// NewMatcher returns a Matcher at the start of g.
+func (g *Grammar) NewMatcher() *Matcher { return &Matcher{g: g, st: g.start} }
+
+// Advance feeds the bytes of text and reports whether they keep the output
+// valid. On false the Matcher is left where it was.
+func (m *Matcher) Advance(text string) bool {
+	m.g.mu.Lock()
+	defer m.g.mu.Unlock()
+	st := m.st
+	for i := 0; i < len(text) && st != 0; i++ {
+		st = m.g.step(st, text[i])
+	}
+	if st == 0 {
+		return false
+	}
+	m.st = st
+	return true
+}
+
+// Accepting reports whether the output so far is a complete match.
+func (m *Matcher) Accepting() bool {
+	m.g.mu.Lock()
+	defer m.g.mu.Unlock()
+	return m.g.states[m.st].accept
+}
+
+// Done reports whether the output is a complete match that nothing can
+// extend.
+func (m *Matcher) Done() bool {
+	m.g.mu.Lock()
+	defer m.g.mu.Unlock()
+	return m.g.states[m.st].done
+}
+
+// Reset puts the Matcher back at the start.
+func (m *Matcher) Reset() { m.st = m.g.start }
+
+// Match reports whether text is a complete match of g.
+func (g *Grammar) Match(text string) bool {
+	m := g.NewMatcher()
+	return m.Advance(text) && m.Accepting()
+}
