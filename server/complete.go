@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log"
 	"net/http"
 	"sync"
 	"time"
@@ -85,7 +86,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 	streams := make([]*engine.Stream, 0, len(g.prompts))
 	for _, ids := range g.prompts {
 		sp := g.sampling
-		st, err := s.e.Submit(ctx, engine.Request{Tokens: ids, Sampling: &sp, MaxTokens: s.tokensFor(g, len(ids)), Stop: g.stop, N: g.n, Label: g.label})
+		st, err := s.e.Submit(ctx, engine.Request{Tokens: ids, Sampling: &sp, MaxTokens: s.tokensFor(g, len(ids)), Stop: g.stop, N: g.n, Label: g.label, Constraint: g.constraint})
 		if err != nil {
 			cancel()
 			for _, st := range streams {
@@ -110,6 +111,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 	go func() { wg.Wait(); close(out) }()
 
 	id := newID(g.chat)
+	if g.tools != nil {
+		// Say how tools were handled: the template's own tools variable, or
+		// (a template without tool support) llama.cpp's generic format.
+		w.Header().Set("X-Kvscope-Tool-Format", g.tools.format())
+		if !g.tools.native {
+			log.Printf("%s: the chat template has no tool support; tools fall back to llama.cpp's generic JSON tool-call format", id)
+		}
+	}
 	choices := make([]choiceState, len(g.prompts)*g.n)
 	var sse *sseWriter
 	if g.stream {
@@ -138,7 +147,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 			ch.lastToken = now
 			ch.text = append(ch.text, it.c.Text...)
 			ch.ids = append(ch.ids, it.c.Token)
-			if sse != nil && it.c.Text != "" {
+			if sse != nil && it.c.Text != "" && g.tools == nil {
 				sse.send(s.chunk(g, id, idx, map[string]any{"content": it.c.Text}, it.c.Text, nil))
 			}
 		}
@@ -149,6 +158,19 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 					sse.send(map[string]any{"error": &apiError{Message: fmt.Sprintf("choice %d failed: %v", idx, it.c.Err), Type: typeServer}})
 				}
 				reason := finishReason(it.c.Reason)
+				if g.tools != nil {
+					// Tool output is sent whole once parsed: the calls, or
+					// the response's text.
+					msg, why := toolMessage(ch, it.c.Reason)
+					delete(msg, "role")
+					if calls, ok := msg["tool_calls"].([]map[string]any); ok {
+						for i, c := range calls {
+							c["index"] = i
+						}
+					}
+					sse.send(s.chunk(g, id, idx, msg, nil, nil))
+					reason = why
+				}
 				sse.send(s.chunk(g, id, idx, map[string]any{}, "", &reason))
 			}
 		}
@@ -172,14 +194,32 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 	list := make([]map[string]any, len(choices))
 	for i, ch := range choices {
 		c := map[string]any{"index": i, "logprobs": nil, "finish_reason": finishReason(ch.final.Reason)}
-		if g.chat {
+		switch {
+		case g.tools != nil:
+			c["message"], c["finish_reason"] = toolMessage(&ch, ch.final.Reason)
+		case g.chat:
 			c["message"] = map[string]any{"role": "assistant", "content": string(ch.text)}
-		} else {
+		default:
 			c["text"] = string(ch.text)
 		}
 		list[i] = c
 	}
-	writeJSON(w, map[string]any{"id": id, "object": g.object(false), "created": time.Now().Unix(), "model": s.model, "choices": list, "usage": u})
+	reply := map[string]any{"id": id, "object": g.object(false), "created": time.Now().Unix(), "model": s.model, "choices": list, "usage": u}
+	if g.tools != nil {
+		reply["tool_format"] = g.tools.format()
+	}
+	writeJSON(w, reply)
+}
+
+// toolMessage is the assistant message of a choice answered in the generic
+// tool-call format, and its finish reason: "tool_calls" for a call.
+func toolMessage(ch *choiceState, r engine.FinishReason) (map[string]any, string) {
+	reason := finishReason(r)
+	tr := parseToolReply(string(ch.text))
+	if r == engine.FinishStop && len(tr.calls) > 0 {
+		return map[string]any{"role": "assistant", "content": nil, "tool_calls": tr.calls}, "tool_calls"
+	}
+	return map[string]any{"role": "assistant", "content": tr.content}, reason
 }
 
 // rememberReplies keeps the chat replies that ended on an

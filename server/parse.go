@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"kvscope/engine/chat"
+	"kvscope/engine/constrain"
 	"kvscope/engine/kvcache"
 	"kvscope/engine/sample"
 )
@@ -24,6 +25,10 @@ type genRequest struct {
 	sampling     sample.Params
 	stream       bool
 	includeUsage bool
+	// constraint limits the output (response_format, guided_*, tools).
+	constraint *constrain.Grammar
+	format     string   // the field that set constraint, for the log
+	tools      *toolUse // tool calls to parse from the output
 }
 
 // Bounds of fields with no flag.
@@ -39,6 +44,12 @@ const (
 func (s *Server) parse(f fields, isChat bool) (*genRequest, *apiError) {
 	g := &genRequest{chat: isChat, n: 1}
 	if _, e := f.str("model"); e != nil {
+		return nil, e
+	}
+	if e := checkUnsupported(f); e != nil {
+		return nil, e
+	}
+	if e := s.parseStructured(f, g); e != nil {
 		return nil, e
 	}
 	var text string
@@ -93,6 +104,43 @@ func (s *Server) parse(f fields, isChat bool) (*genRequest, *apiError) {
 		}
 	}
 	return g, s.checkFits(g)
+}
+
+// parseStructured reads the fields that constrain the output:
+// response_format, guided_json/guided_regex/guided_choice and (chat)
+// tools with tool_choice.
+func (s *Server) parseStructured(f fields, g *genRequest) *apiError {
+	schema, e := parseFormat(f, g)
+	if e != nil {
+		return e
+	}
+	if !g.chat {
+		for _, k := range []string{"tools", "tool_choice", "parallel_tool_calls"} {
+			if f.has(k) {
+				return badRequest(k, "", "%s is for /v1/chat/completions", k)
+			}
+		}
+		return nil
+	}
+	t, e := parseTools(f, s.form.SupportsTools())
+	if e != nil || t == nil {
+		return e
+	}
+	switch g.format {
+	case "", "json_schema", "guided_json":
+		t.response = schema
+	case "json_object":
+		t.response = json.RawMessage(`{"type":"object"}`)
+	default:
+		return badRequest(g.format, "", "%s cannot be combined with tools", g.format)
+	}
+	c, err := constrain.Schema(t.schema())
+	if err != nil {
+		return badRequest("tools", "invalid_schema", "tools: %v", err)
+	}
+	g.constraint, g.tools = c, t
+	g.format = "tools"
+	return nil
 }
 
 // parseMaxTokens reads max_completion_tokens (chat) or max_tokens.
@@ -224,18 +272,54 @@ func (s *Server) chatPrompt(f fields, g *genRequest) (string, *apiError) {
 		if ae != nil {
 			return "", ae
 		}
+		if content == "" && role == "assistant" && mf.has("tool_calls") {
+			content = toolCallsText(mf["tool_calls"])
+		}
 		turns[i] = chat.Turn{Role: role, Content: content}
 		if role == "user" {
 			last = content
 		}
 	}
+	opt := chat.Options{AddGenerationPrompt: true}
+	if t := g.tools; t != nil {
+		if t.native {
+			opt.Tools = t.list
+		}
+		// As llama.cpp's generic format does: the instruction joins the
+		// system message, or comes first as one.
+		if turns[0].Role == "system" {
+			turns[0].Content += "\n\n" + t.instruction()
+		} else {
+			turns = append([]chat.Turn{{Role: "system", Content: t.instruction()}}, turns...)
+		}
+	}
 	s.replies.fill(turns)
-	ids, err := s.form.PromptIDs(turns, chat.Options{AddGenerationPrompt: true}, s.e.Tokenizer(), true)
+	ids, err := s.form.PromptIDs(turns, opt, s.e.Tokenizer(), true)
 	if err != nil {
 		return "", badRequest("messages", "", "the chat template could not render the messages: %v", err)
 	}
 	g.prompts, g.turns = [][]int{ids}, turns
 	return last, nil
+}
+
+// toolCallsText is an earlier reply's tool calls written back in the
+// generic format the server asks for, so that the history shows them.
+func toolCallsText(raw json.RawMessage) string {
+	var calls []struct {
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &calls) != nil || len(calls) == 0 {
+		return ""
+	}
+	args := json.RawMessage(calls[0].Function.Arguments)
+	if !json.Valid(args) {
+		args, _ = json.Marshal(calls[0].Function.Arguments)
+	}
+	b, _ := json.Marshal(map[string]any{"tool_call": map[string]any{"name": calls[0].Function.Name, "arguments": args}})
+	return string(b)
 }
 
 // messageContent reads a message's content: a string, an array of text

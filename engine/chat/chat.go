@@ -93,6 +93,10 @@ type Options struct {
 	EnableThinking *bool
 	// Now is the clock of strftime_now; nil means time.Now.
 	Now func() time.Time
+	// Tools, when not nil, is passed as the template's tools variable: the
+	// OpenAI tools list as decoded JSON ([]any of map[string]any, numbers
+	// as json.Number), as llama.cpp passes it.
+	Tools []any
 }
 
 // Segment is a piece of a prompt.
@@ -146,6 +150,12 @@ func (f *Formatter) Name() string { return f.name }
 
 // Source returns the Jinja source of the template ("" for plain completion).
 func (f *Formatter) Source() string { return f.source }
+
+// SupportsTools reports whether the chat template reads a tools
+// variable (Options.Tools), as templates with tool calling do.
+func (f *Formatter) SupportsTools() bool {
+	return f.tmpl != nil && strings.Contains(f.source, "tools")
+}
 
 // SystemRole reports whether the template keeps system messages; when it
 // does not, Render merges them into the first user message.
@@ -454,6 +464,9 @@ func (f *Formatter) renderNow(msgs []Message, opt Options, contents []string) (o
 	})
 	if opt.EnableThinking != nil {
 		vars["enable_thinking"] = jinja.NewBool(*opt.EnableThinking)
+	}
+	if opt.Tools != nil {
+		vars["tools"] = jinja.FromGoValue(opt.Tools)
 	}
 	out, err = f.tmpl.RenderValues(vars)
 	if err != nil {
