@@ -1,4 +1,5 @@
-// The official openai npm client against `kvscope serve` on stories260K.
+// The official openai npm client against `kvscope serve` on stories260K, and
+// (structured output and tools) on the random-weight parity model too.
 // KVSCOPE_BIN names the kvscope binary (default ../../kvscope) and
 // KVSCOPE_TESTDATA the shared data folder (default ../shared beside the
 // checkout); where the model is missing, every test is skipped, saying so.
@@ -22,11 +23,18 @@ const skip = !existsSync(model)
     : false;
 
 let server, base, client;
+let parity; // a second server, on a random-weight model where the constraint does all the work
+const parityModel = path.join(shared, "models", "parity", "parity-Q8_0.gguf");
 
 // startServer runs kvscope serve on stories260K with extra flags and
 // returns the process and its base URL.
 async function startServer(...flags) {
-  const proc = spawn(bin, ["serve", "-m", model, "--addr", "127.0.0.1:0", "-c", "512", "--max-n", "4", ...flags], {
+  return startServerOn(model, ...flags);
+}
+
+// startServerOn runs kvscope serve on modelPath with extra flags.
+async function startServerOn(modelPath, ...flags) {
+  const proc = spawn(bin, ["serve", "-m", modelPath, "--addr", "127.0.0.1:0", "-c", "512", "--max-n", "4", ...flags], {
     stdio: ["ignore", "ignore", "pipe"],
   });
   const url = await new Promise((resolve, reject) => {
@@ -61,10 +69,17 @@ before(async () => {
   }
   ({ proc: server, url: base } = await startServer());
   client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused-on-loopback", maxRetries: 0 });
+  if (existsSync(parityModel)) {
+    const p = await startServerOn(parityModel);
+    parity = { proc: p.proc, client: new OpenAI({ baseURL: `${p.url}/v1`, apiKey: "unused-on-loopback", maxRetries: 0 }) };
+  } else {
+    console.log(`skipping the parity-model tests: ${parityModel} not found`);
+  }
 });
 
 after(async () => {
   await stopServer(server);
+  await stopServer(parity?.proc);
 });
 
 // usedBlocks reads kvscope:kv_cache_used_blocks from the /metrics of the
@@ -172,4 +187,150 @@ test("a second identical request is served from the prefix cache", { skip }, asy
   assert.ok(b.usage.prompt_tokens_details.cached_tokens > 0, `cached_tokens ${b.usage.prompt_tokens_details.cached_tokens}`);
   assert.ok(b.usage.prompt_tokens_details.cached_tokens <= b.usage.prompt_tokens);
   assert.equal(b.choices[0].message.content, a.choices[0].message.content, "greedy replies differ");
+});
+
+// validate checks value against the JSON Schema subset these tests use
+// (type, properties, required, additionalProperties false, enum,
+// maxLength, items, minItems, maxItems) and throws where it does not hold.
+function validate(schema, value, at = "$") {
+  if (schema.enum) {
+    assert.ok(schema.enum.some((e) => JSON.stringify(e) === JSON.stringify(value)), `${at}: ${JSON.stringify(value)} not in the enum`);
+    return;
+  }
+  const type = Array.isArray(value) ? "array" : value === null ? "null" : Number.isInteger(value) && schema.type === "integer" ? "integer" : typeof value;
+  assert.equal(type, schema.type, `${at}: ${JSON.stringify(value)} is not of type ${schema.type}`);
+  if (type === "string" && schema.maxLength !== undefined) assert.ok([...value].length <= schema.maxLength, `${at}: longer than ${schema.maxLength}`);
+  if (type === "array") {
+    if (schema.minItems !== undefined) assert.ok(value.length >= schema.minItems, `${at}: fewer than ${schema.minItems} items`);
+    if (schema.maxItems !== undefined) assert.ok(value.length <= schema.maxItems, `${at}: more than ${schema.maxItems} items`);
+    value.forEach((v, i) => validate(schema.items, v, `${at}[${i}]`));
+  }
+  if (type === "object") {
+    for (const k of schema.required ?? []) assert.ok(k in value, `${at}: no ${k}`);
+    for (const [k, v] of Object.entries(value)) {
+      assert.ok(schema.properties && k in schema.properties, `${at}: unexpected key ${k}`);
+      validate(schema.properties[k], v, `${at}.${k}`);
+    }
+  }
+}
+
+const person = {
+  type: "object",
+  properties: {
+    name: { type: "string", maxLength: 12 },
+    age: { type: "integer" },
+    pets: { type: "array", items: { enum: ["cat", "dog", "fish"] }, minItems: 1, maxItems: 3 },
+  },
+  required: ["name", "age", "pets"],
+  additionalProperties: false,
+};
+
+const weather = {
+  type: "function",
+  function: {
+    name: "get_weather",
+    description: "The weather in a city over the next days",
+    parameters: {
+      type: "object",
+      properties: { city: { enum: ["Paris", "Rome", "Oslo"] }, days: { type: "integer" } },
+      required: ["city", "days"],
+      additionalProperties: false,
+    },
+  },
+};
+
+// The same structured-output tests on both servers: stories260K, and the
+// random-weight parity model (neither has a chat template with tools).
+for (const which of ["stories260K", "parity"]) {
+  const get = () => (which === "parity" ? parity?.client : client);
+  const skipThis = skip || (which === "parity" && !existsSync(parityModel) && `${parityModel} not found`);
+
+  test(`${which}: a json_schema reply parses and validates`, { skip: skipThis }, async () => {
+    const r = await get().chat.completions.create({
+      model: which,
+      messages: [{ role: "user", content: "Describe a person as JSON." }],
+      response_format: { type: "json_schema", json_schema: { name: "person", strict: true, schema: person } },
+      max_tokens: 200,
+      temperature: 0,
+      seed: 1,
+    });
+    assert.equal(r.choices[0].finish_reason, "stop");
+    validate(person, JSON.parse(r.choices[0].message.content));
+  });
+
+  test(`${which}: a json_object reply parses`, { skip: skipThis }, async () => {
+    const r = await get().chat.completions.create({
+      model: which,
+      messages: [{ role: "user", content: "JSON please." }],
+      response_format: { type: "json_object" },
+      max_tokens: 60,
+      temperature: 0,
+    });
+    const c = r.choices[0];
+    if (c.finish_reason === "stop") {
+      const v = JSON.parse(c.message.content);
+      assert.equal(typeof v, "object");
+      assert.ok(v !== null && !Array.isArray(v));
+    } else {
+      // Random weights may write past max_tokens: the reply is cut, and says so.
+      assert.equal(c.finish_reason, "length");
+      assert.ok(c.message.content.startsWith("{"), c.message.content);
+    }
+  });
+
+  for (const stream of [false, true]) {
+    test(`${which}: tools answered with a tool_calls entry whose arguments validate${stream ? ", streamed" : ""}`, { skip: skipThis }, async () => {
+      const req = {
+        model: which,
+        messages: [{ role: "user", content: "What is the weather in Rome?" }],
+        tools: [weather],
+        tool_choice: "required",
+        max_tokens: 200,
+        temperature: 0,
+      };
+      let calls, finish, format;
+      if (stream) {
+        const { data, response } = await get().chat.completions.create({ ...req, stream: true }).withResponse();
+        format = response.headers.get("x-kvscope-tool-format");
+        calls = [];
+        for await (const chunk of data) {
+          for (const c of chunk.choices) {
+            for (const tc of c.delta?.tool_calls ?? []) {
+              calls[tc.index] ??= { function: { name: "", arguments: "" } };
+              if (tc.id) calls[tc.index].id = tc.id;
+              calls[tc.index].function.name += tc.function?.name ?? "";
+              calls[tc.index].function.arguments += tc.function?.arguments ?? "";
+            }
+            if (c.finish_reason) finish = c.finish_reason;
+          }
+        }
+      } else {
+        const { data, response } = await get().chat.completions.create(req).withResponse();
+        format = response.headers.get("x-kvscope-tool-format");
+        assert.equal(data.tool_format, "generic");
+        calls = data.choices[0].message.tool_calls;
+        finish = data.choices[0].finish_reason;
+      }
+      // No tool support in the template: llama.cpp's generic format, said so.
+      assert.equal(format, "generic");
+      assert.equal(finish, "tool_calls");
+      assert.equal(calls.length, 1);
+      assert.equal(calls[0].function.name, "get_weather");
+      assert.ok(calls[0].id, "no call id");
+      validate(weather.function.parameters, JSON.parse(calls[0].function.arguments));
+    });
+  }
+}
+
+test("an unsupported field gets a 400 naming it", { skip }, async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: "Hi" }], logprobs: true, max_tokens: 2 }),
+    (err) => {
+      assert.ok(err instanceof APIError, `${err} is not an APIError`);
+      assert.equal(err.status, 400);
+      assert.equal(err.param, "logprobs");
+      assert.match(err.message, /logprobs/);
+      return true;
+    },
+  );
 });
