@@ -12,6 +12,7 @@ import (
 
 	"kvscope/engine"
 	"kvscope/engine/chat"
+	"kvscope/engine/constrain"
 	"kvscope/engine/sample"
 )
 
@@ -33,6 +34,7 @@ func chatCmd(args []string, stdout, stderr io.Writer) (err error) {
 	path := fs.String("m", "", "GGUF model `file`")
 	system := fs.String("system", "", "the system prompt `text` to start with")
 	n := intFlag(fs, "n", chatReplyTokens, 1, maxTokens, "most tokens of one reply (a reply also ends at the model's end-of-turn token)")
+	asJSON := fs.Bool("json", false, "constrain every reply to a JSON object")
 	sampling := samplingFlags(fs)
 	cfg := engine.DefaultConfig()
 	addCacheFlags(fs, &cfg)
@@ -60,7 +62,7 @@ func chatCmd(args []string, stdout, stderr io.Writer) (err error) {
 	if interactive {
 		fmt.Fprintf(stderr, "%s; Ctrl-C stops a reply.\n", chatHelp)
 	}
-	c := &chatSession{e: e, form: form, enc: l.tok, params: sp, max: *n, system: *system, out: bufio.NewWriter(stdout), stderr: stderr}
+	c := &chatSession{e: e, form: form, enc: l.tok, params: sp, max: *n, system: *system, json: *asJSON, out: bufio.NewWriter(stdout), stderr: stderr}
 	defer c.out.Flush()
 
 	lines, stop := readLines(chatInput)
@@ -105,6 +107,7 @@ type chatSession struct {
 	params sample.Params
 	max    int
 	system string
+	json   bool        // replies are JSON objects (--json)
 	turns  []chat.Turn // user and assistant turns, in order
 	out    *bufio.Writer
 	stderr io.Writer
@@ -170,7 +173,11 @@ func (c *chatSession) turn(text string, sigs <-chan os.Signal) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := c.e.Submit(ctx, engine.Request{Tokens: ids, Sampling: &c.params, MaxTokens: c.max, Label: fmt.Sprintf("chat turn %d", c.userTurns)})
+	req := engine.Request{Tokens: ids, Sampling: &c.params, MaxTokens: c.max, Label: fmt.Sprintf("chat turn %d", c.userTurns)}
+	if c.json {
+		req.Constraint = constrain.JSON(true)
+	}
+	s, err := c.e.Submit(ctx, req)
 	if err != nil {
 		return err
 	}

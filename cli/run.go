@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"kvscope/engine"
+	"kvscope/engine/constrain"
 )
 
 // defaultTokens is run's -n default.
@@ -24,6 +26,7 @@ func runCmd(args []string, stdout, stderr io.Writer) (err error) {
 	fs.Var(&ps, "p", fmt.Sprintf("a `prompt`; repeat -p to run up to %d at once", maxPrompts))
 	n := intFlag(fs, "n", defaultTokens, 1, maxTokens, "most tokens to generate per prompt (generation also ends at end of text, and with --overflow stop at the full context)")
 	special := fs.Bool("parse-special", false, "turn special-token text in the prompts, such as <s>, into those tokens")
+	schemaFile := fs.String("json-schema", "", "constrain the output to JSON valid under the JSON Schema in `file`")
 	sampling := samplingFlags(fs)
 	cfg := engine.DefaultConfig()
 	intVar(fs, &cfg.Sched.MaxSeqs, "parallel", 1, maxParallel, "most sequences decoding at once")
@@ -41,6 +44,16 @@ func runCmd(args []string, stdout, stderr io.Writer) (err error) {
 	sp, err := sampling()
 	if err != nil {
 		return err
+	}
+	var cons *constrain.Grammar
+	if *schemaFile != "" {
+		data, err := os.ReadFile(*schemaFile)
+		if err != nil {
+			return fmt.Errorf("--json-schema: %w", err)
+		}
+		if cons, err = constrain.Schema(data); err != nil {
+			return fmt.Errorf("--json-schema %s: %w", *schemaFile, err)
+		}
 	}
 	cfg.Sched.StepTokens = max(cfg.Sched.StepTokens, cfg.Sched.MaxSeqs)
 	l, err := load(*model, *be)
@@ -63,7 +76,7 @@ func runCmd(args []string, stdout, stderr io.Writer) (err error) {
 	streams := make([]*engine.Stream, len(ps))
 	failed := make([]error, len(ps))
 	for i, p := range ps {
-		streams[i], failed[i] = e.Submit(context.Background(), engine.Request{Prompt: p, ParseSpecial: *special, MaxTokens: *n, Sampling: &sp, Label: fmt.Sprintf("prompt %d", i+1)})
+		streams[i], failed[i] = e.Submit(context.Background(), engine.Request{Prompt: p, ParseSpecial: *special, MaxTokens: *n, Sampling: &sp, Label: fmt.Sprintf("prompt %d", i+1), Constraint: cons})
 	}
 	out := bufio.NewWriter(stdout)
 	defer out.Flush()
