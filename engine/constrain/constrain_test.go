@@ -329,6 +329,7 @@ func BenchmarkAllowed(b *testing.B) {
 			}
 			n := m.Allowed(v, mask) // the first call builds the automaton's tables
 			for b.Loop() {
+				clear(g.masks) // time the walk, not the mask cache
 				m.Allowed(v, mask)
 			}
 			b.ReportMetric(float64(n), "allowed")

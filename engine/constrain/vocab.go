@@ -13,24 +13,33 @@ type Vocab struct {
 	size   int
 	pieces []string
 	// The trie in preorder, so that a walk reads memory in order: node 0
-	// is the root, node i's subtree is i .. end[i]-1, its edge byte is
-	// label[i], and the tokens whose bytes end there are
-	// ids[tokLo[i]:tokLo[i+1]].
-	label []byte
-	end   []int32
-	tokLo []int32
-	ids   []int32
-	depth int // the longest piece
+	// is the root, and node i's subtree is nodes i .. nodes[i].end-1.
+	nodes []trieNode
+	dups  map[int32][]int32 // more tokens of a node whose bytes two tokens share
+	depth int               // the longest piece
 }
+
+// trieNode is one trie node: the byte of the edge into it, its depth, the
+// end of its subtree and the token whose bytes end there (-1: none).
+type trieNode struct {
+	label byte
+	depth uint16
+	end   int32
+	tok   int32
+}
+
+// maxPiece bounds the pieces the trie holds (a longer one, which no real
+// vocabulary has, is left out of constrained output).
+const maxPiece = 1 << 15
 
 // NewVocab builds the trie of pieces, the byte string of each token id;
 // an empty piece marks a token that constrained output never uses
 // (control, unknown and unused tokens).
 func NewVocab(pieces []string) *Vocab {
-	v := &Vocab{size: len(pieces), pieces: pieces}
+	v := &Vocab{size: len(pieces), pieces: pieces, dups: map[int32][]int32{}}
 	order := make([]int32, 0, len(pieces))
 	for id, p := range pieces {
-		if p != "" {
+		if p != "" && len(p) < maxPiece {
 			order = append(order, int32(id))
 			v.depth = max(v.depth, len(p))
 		}
@@ -45,12 +54,14 @@ func NewVocab(pieces []string) *Vocab {
 	// depth, then its children.
 	var node func(lo, hi, depth int, label byte)
 	node = func(lo, hi, depth int, label byte) {
-		n := len(v.label)
-		v.label = append(v.label, label)
-		v.end = append(v.end, 0)
-		v.tokLo = append(v.tokLo, int32(len(v.ids)))
+		n := len(v.nodes)
+		v.nodes = append(v.nodes, trieNode{label: label, depth: uint16(depth), tok: -1})
 		for lo < hi && len(pieces[order[lo]]) == depth {
-			v.ids = append(v.ids, order[lo])
+			if v.nodes[n].tok < 0 {
+				v.nodes[n].tok = order[lo]
+			} else {
+				v.dups[int32(n)] = append(v.dups[int32(n)], order[lo])
+			}
 			lo++
 		}
 		for lo < hi {
@@ -62,10 +73,9 @@ func NewVocab(pieces []string) *Vocab {
 			node(lo, k, depth+1, c)
 			lo = k
 		}
-		v.end[n] = int32(len(v.label))
+		v.nodes[n].end = int32(len(v.nodes))
 	}
 	node(0, len(order), 0, 0)
-	v.tokLo = append(v.tokLo, int32(len(v.ids)))
 	return v
 }
 
@@ -73,7 +83,7 @@ func NewVocab(pieces []string) *Vocab {
 func (v *Vocab) Size() int { return v.size }
 
 // Nodes is the number of trie nodes.
-func (v *Vocab) Nodes() int { return len(v.label) }
+func (v *Vocab) Nodes() int { return len(v.nodes) }
 
 // Piece is the byte string of token id ("" for an unusable one).
 func (v *Vocab) Piece(id int) string {
@@ -128,26 +138,31 @@ type cachedMask struct {
 // fill walks the trie in preorder from state st, skipping the subtree of
 // every dead prefix, and marks the tokens it reaches.
 func (g *Grammar) fill(v *Vocab, st int32, mask []uint64) int {
-	type frame struct{ end, st int32 }
-	stack := make([]frame, 1, v.depth+1)
-	stack[0] = frame{v.end[0], st}
+	states := make([]int32, v.depth+2) // states[d]: the state at the current node's parent of depth d
+	states[0] = st
 	count := 0
-	label, end, tokLo, ids := v.label, v.end, v.tokLo, v.ids
-	for i := int32(1); i < int32(len(label)); {
-		for i >= stack[len(stack)-1].end {
-			stack = stack[:len(stack)-1]
+	nodes := v.nodes
+	for i := int32(1); i < int32(len(nodes)); {
+		n := &nodes[i]
+		from := states[n.depth-1]
+		ns := g.trans[int(from)<<8|int(n.label)] - 1
+		if ns < 0 {
+			ns = g.compute(from, n.label)
 		}
-		ns := g.step(stack[len(stack)-1].st, label[i])
 		if ns == 0 {
-			i = end[i]
+			i = n.end
 			continue
 		}
-		for _, id := range ids[tokLo[i]:tokLo[i+1]] {
+		states[n.depth] = ns
+		if id := n.tok; id >= 0 {
 			mask[id>>6] |= 1 << (id & 63)
 			count++
-		}
-		if end[i] > i+1 {
-			stack = append(stack, frame{end[i], ns})
+			if more, ok := v.dups[i]; ok {
+				for _, id := range more {
+					mask[id>>6] |= 1 << (id & 63)
+				}
+				count += len(more)
+			}
 		}
 		i++
 	}

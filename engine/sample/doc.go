@@ -29,6 +29,9 @@
 // penalties (the filters never remove the arg-max), which is what llama.cpp
 // does too.
 //
+// SampleAllowed runs the same chain over the tokens of a mask (a grammar's,
+// from package constrain): the others count as -Inf from the start.
+//
 // The defaults (DefaultParams) are llama.cpp's: temperature 0.8, top-k 40,
 // top-p 0.95, min-p 0.05, repeat penalty 1.0 (off) over the last 64 tokens.
 package sample

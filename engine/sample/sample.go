@@ -222,12 +222,17 @@ func (s *Sampler) load(logits []float32) {
 			if w < len(s.mask) {
 				bits = s.mask[w]
 			}
-			if bits == ^uint64(0) {
-				continue
-			}
-			for i := w * 64; i < min(w*64+64, len(dst)); i++ {
-				if bits&(1<<(i&63)) == 0 {
-					dst[i] = inf
+			switch row := dst[w*64 : min(w*64+64, len(dst))]; bits {
+			case ^uint64(0):
+			case 0:
+				for i := range row {
+					row[i] = inf
+				}
+			default:
+				for i := range row {
+					if bits&(1<<i) == 0 {
+						row[i] = inf
+					}
 				}
 			}
 		}
