@@ -34,8 +34,15 @@ func (p *Pane) start(id int64) {
 	// text alone, and what the user typed is text, so "</s>" or
 	// "<|im_end|>" typed in a message is those characters, not the token.
 	req := engine.Request{Sampling: &sp, MaxTokens: c.Sampling.MaxTokens, Label: Name(*c)}
+	prompt := func() ([]int, error) { return pr.IDs(conv, msg) }
+	if c.JSON {
+		var err error
+		if req.Constraint, err = replyConstraint(c.JSONSchema); err != nil {
+			prompt = func() ([]int, error) { return nil, err } // refused, and said so above the composer
+		}
+	}
 	p.runs[id] = r
-	r.turn = turn.Start(p.eng, func() ([]int, error) { return pr.IDs(conv, msg) }, req, turn.Hooks{
+	r.turn = turn.Start(p.eng, prompt, req, turn.Hooks{
 		Submitted: func(req uint64) { uithread.Do(func() { p.submitted(r, req) }) },
 		Progress:  func(g turn.Progress) { uithread.Do(func() { p.apply(r, g) }) },
 	})

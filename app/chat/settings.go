@@ -3,12 +3,14 @@ package chat
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/container"
 	"fyne.io/fyne/v2/widget"
 
 	"kvscope/app/store"
+	"kvscope/engine/constrain"
 )
 
 // settingsForm edits the shown conversation's system prompt and sampling.
@@ -23,6 +25,8 @@ type settingsForm struct {
 	topK    *widget.Entry
 	maxTok  *widget.Entry
 	seed    *widget.Entry
+	asJSON  *widget.Check
+	schema  *widget.Entry
 	values  map[*widget.Slider]*widget.Label
 	problem *widget.Label
 	loading bool // show is filling the widgets: do not write back
@@ -85,11 +89,24 @@ func newSettingsForm(p *Pane) *settingsForm {
 		widget.NewFormItem("Repeat penalty", row(f.repeat)),
 	)
 	f.seed.SetPlaceHolder("0: random")
+	f.schema = widget.NewMultiLineEntry()
+	f.schema.SetPlaceHolder("JSON Schema of the reply (optional: empty means any JSON object)")
+	f.schema.SetMinRowsVisible(2)
+	f.schema.OnChanged = func(s string) {
+		if f.loading {
+			return
+		}
+		f.checkSchema(s)
+		f.write(func(c *store.Conversation) { c.JSONSchema = s }) // kept as typed, even while invalid
+	}
+	f.asJSON = widget.NewCheck("Reply as JSON", func(on bool) {
+		f.write(func(c *store.Conversation) { c.JSON = on })
+	})
 	labeled := func(name string, e *widget.Entry) fyne.CanvasObject {
 		return container.NewBorder(nil, nil, widget.NewLabel(name), nil, e)
 	}
 	nums := container.NewGridWithColumns(3, labeled("Top-k", f.topK), labeled("Max tokens", f.maxTok), labeled("Seed", f.seed))
-	f.root = container.NewVBox(f.system, form, nums, f.problem)
+	f.root = container.NewVBox(f.system, form, nums, f.asJSON, f.schema, f.problem)
 	return f
 }
 
@@ -118,5 +135,27 @@ func (f *settingsForm) show(c *store.Conversation) {
 	f.topK.SetText(strconv.Itoa(s.TopK))
 	f.maxTok.SetText(strconv.Itoa(s.MaxTokens))
 	f.seed.SetText(strconv.FormatUint(s.Seed, 10))
+	f.asJSON.SetChecked(c.JSON)
+	f.schema.SetText(c.JSONSchema)
 	f.problem.Hide()
+	f.checkSchema(c.JSONSchema)
+}
+
+// checkSchema shows why the schema text cannot constrain a reply.
+func (f *settingsForm) checkSchema(s string) {
+	if _, err := replyConstraint(s); err != nil {
+		f.problem.SetText(fmt.Sprintf("The reply's schema: %v (a JSON reply is refused until it is mended)", err))
+		f.problem.Show()
+		return
+	}
+	f.problem.Hide()
+}
+
+// replyConstraint is the constraint of a JSON reply: any object, or
+// schema's JSON.
+func replyConstraint(schema string) (*constrain.Grammar, error) {
+	if strings.TrimSpace(schema) == "" {
+		return constrain.JSON(true), nil
+	}
+	return constrain.Schema([]byte(schema))
 }

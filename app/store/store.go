@@ -121,9 +121,13 @@ type Conversation struct {
 	Plain bool `json:"plain,omitempty"`
 	// Thinking, when set, is the enable_thinking of Qwen 3-style chat
 	// templates; nil leaves it to the template (which reads it as on).
-	Thinking *bool     `json:"thinking,omitempty"`
-	Created  time.Time `json:"created"`
-	Updated  time.Time `json:"updated"`
+	Thinking *bool `json:"thinking,omitempty"`
+	// JSON constrains replies to JSON: an object, or JSONSchema's when
+	// that is set.
+	JSON       bool      `json:"json,omitempty"`
+	JSONSchema string    `json:"json_schema,omitempty"`
+	Created    time.Time `json:"created"`
+	Updated    time.Time `json:"updated"`
 }
 
 // Conversations is the content of ConversationsFile.
