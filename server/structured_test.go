@@ -3,10 +3,15 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"kvscope/engine"
+	"kvscope/engine/chat"
+	"kvscope/internal/testshared"
 )
 
 // schemaValidator compiles schema (a Go value) with the jsonschema library.
@@ -230,5 +235,38 @@ func TestStructuredRefused(t *testing.T) {
 		if status, reply := post(t, chatURL, body); status != http.StatusOK {
 			t.Errorf("%s: status %d: %v", body, status, reply)
 		}
+	}
+}
+
+// TestToolsThroughTheTemplate: a template that reads tools (Qwen 2.5's)
+// gets them in its tools variable, and the reply says so.
+func TestToolsThroughTheTemplate(t *testing.T) {
+	src, err := os.ReadFile(testshared.Path(t, "testdata/chat-templates/jinja/Qwen-Qwen2.5-7B-Instruct.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	form, err := chat.NewTemplate("qwen2.5", string(src), "", "<|im_end|>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !form.SupportsTools() {
+		t.Fatal("Qwen 2.5's template does not read tools")
+	}
+	p, err := form.Render([]chat.Message{{Role: "user", Content: "hi"}}, chat.Options{AddGenerationPrompt: true, Tools: []any{map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}}})
+	if err != nil || !strings.Contains(p.Text(), `"get_weather"`) || !strings.Contains(p.Text(), "<tools>") {
+		t.Fatalf("rendered %v: %v; want the tool in the template's <tools> block", p, err)
+	}
+	ts, _ := newTestServer(t, func(e *engine.Config, c *Config) { e.Context, c.Format = 2048, form })
+	status, reply := post(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "Weather?"}},
+		"tools": []any{weatherTool}, "tool_choice": "required", "max_tokens": 150, "temperature": 0})
+	if status != http.StatusOK {
+		t.Fatalf("status %d: %v", status, reply)
+	}
+	if reply["tool_format"] != "template" {
+		t.Errorf("tool_format %v, want template", reply["tool_format"])
+	}
+	ch := reply["choices"].([]any)[0].(map[string]any)
+	if ch["finish_reason"] != "tool_calls" || reply["usage"].(map[string]any)["prompt_tokens"].(float64) < 100 {
+		t.Errorf("reply %v", reply)
 	}
 }

@@ -349,3 +349,25 @@ func TestCanonical(t *testing.T) {
 		t.Errorf("canonical = %s, want %s", got, want)
 	}
 }
+
+// FuzzConstraints: no schema or pattern makes a panic or a grammar that
+// accepts text its own matcher refuses.
+func FuzzConstraints(f *testing.F) {
+	for _, s := range []string{`{"type":"object","properties":{"a":{"type":"string","maxLength":3}}}`, `{"enum":[1,"x",null]}`,
+		`{"anyOf":[{"$ref":"#"},{"type":"null"}]}`, `{"type":"array","prefixItems":[true],"minItems":2,"maxItems":3}`, `[a-z]+\d*`, `(a|b)*c{2,4}`} {
+		f.Add(s, `{"a":"xy"}`)
+	}
+	f.Fuzz(func(t *testing.T, spec, text string) {
+		for _, mk := range []func(string) (*Grammar, error){func(s string) (*Grammar, error) { return Schema([]byte(s)) }, Regex} {
+			g, err := mk(spec)
+			if err != nil {
+				continue
+			}
+			m := g.NewMatcher()
+			ok := m.Advance(text)
+			if g.Match(text) && !ok {
+				t.Fatalf("%q: Match and Advance disagree on %q", spec, text)
+			}
+		}
+	})
+}

@@ -2,6 +2,7 @@ package constrain
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"unsafe"
@@ -355,6 +356,14 @@ func (m *Matcher) Done() bool {
 
 // Reset puts the Matcher back at the start.
 func (m *Matcher) Reset() { m.st = m.g.start }
+
+// checked refuses a grammar that matches nothing (its start is dead).
+func checked(g *Grammar, what string) (*Grammar, error) {
+	if g.start == 0 {
+		return nil, fmt.Errorf("%s matches nothing", what)
+	}
+	return g, nil
+}
 
 // Match reports whether text is a complete match of g.
 func (g *Grammar) Match(text string) bool {

@@ -232,7 +232,7 @@ func Schema(schema []byte) (*Grammar, error) {
 	if err != nil {
 		return nil, fmt.Errorf("json schema: %w", err)
 	}
-	return b.freeze(r), nil
+	return checked(b.freeze(r), "json schema: the schema")
 }
 
 // checkSchema compiles schema with the jsonschema library.

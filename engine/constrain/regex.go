@@ -17,7 +17,7 @@ func Regex(pattern string) (*Grammar, error) {
 	if err != nil {
 		return nil, err
 	}
-	return b.freeze(r), nil
+	return checked(b.freeze(r), fmt.Sprintf("regular expression %q", pattern))
 }
 
 // regex adds a rule for pattern. When keep is not nil, every character
