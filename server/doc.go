@@ -19,4 +19,18 @@
 // are in Limits. Before anything else, a request whose Host is not this
 // machine's (DNS rebinding) or whose Origin is not allowed (a web page) is
 // refused with 403; allowed origins get CORS answers (guard.go).
+//
+// Structured output (structured.go) constrains the reply with package
+// engine/constrain: response_format (json_object, json_schema), vLLM's
+// guided_json, guided_regex and guided_choice, and tools with tool_choice
+// (auto, none, required, a named function). Tools go to the chat
+// template's tools variable where it reads one; the reply is constrained
+// to llama.cpp's generic tool-call JSON ({"tool_call": {"name",
+// "arguments"}} or {"response": ...}), asked for in a system message, and
+// returned as tool_calls with finish_reason "tool_calls" (streamed as one
+// delta once complete). The X-Kvscope-Tool-Format header and the reply's
+// tool_format field say "template" or "generic" (a template without tool
+// support, also logged). Fields the server cannot honour (logprobs,
+// logit_bias, echo, best_of, suffix, functions, guided_grammar, audio ...)
+// are refused with a 400 naming them, never ignored.
 package server
