@@ -152,7 +152,9 @@ func TestChatKeepsTheHistoryOnInstTemplates(t *testing.T) {
 		rerender bool
 	}{
 		{"Llama 2", func(testing.TB) string { return chattest.Llama2 }, false},
-		{"DeepSeek R1", func(t testing.TB) string { return chattest.Template(t, "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja") }, true},
+		{"DeepSeek R1", func(t testing.TB) string {
+			return chattest.Template(t, "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja")
+		}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,7 +11,7 @@ func TestQuietCLocale(t *testing.T) {
 		{map[string]string{"LC_ALL": "POSIX.utf8"}, "en"},
 		{map[string]string{"LC_ALL": "C.UTF-8", "LANG": "de_DE.UTF-8"}, "en"},
 		{map[string]string{"LC_ALL": "de_DE.UTF-8", "LANG": "C.UTF-8"}, ""}, // LC_ALL wins
-		{map[string]string{"LANG": "C"}, ""},                               // Fyne reads plain C itself
+		{map[string]string{"LANG": "C"}, ""},                                // Fyne reads plain C itself
 		{map[string]string{"LANG": "fr_FR.UTF-8"}, ""},
 		{map[string]string{"LANG": "C.UTF-8", "LANGUAGE": "fr"}, "fr"},
 		{map[string]string{}, ""},
