@@ -35,8 +35,10 @@ type Source struct {
 	// before dialing; 0 means 5 s.
 	HandshakeTimeout time.Duration
 	// DialRetries is how many times a refused dial is retried, 250 ms
-	// apart, at start and when zmq4 redials a dropped connection: 0 means
-	// 10, -1 means until the context ends.
+	// apart: 0 means 10, -1 means until the context ends. At start,
+	// running out of them fails Run; a dropped connection is redialed
+	// until the context ends, each redial that runs out of them reported
+	// (KindError).
 	DialRetries int
 }
 
@@ -188,13 +190,15 @@ func (s *Subscriber) Run(ctx context.Context, out chan<- Update) error {
 	defer r.closeAll()
 
 	var err error
-	if r.sub, err = r.open(zmq4.NewSub, s.src.Endpoint, s.src.Bind, func(sock zmq4.Socket) error {
-		return sock.SetOption(zmq4.OptionSubscribe, s.src.Topic)
-	}); err != nil {
+	kind := dialedSub
+	if s.src.Bind {
+		kind = bound
+	}
+	if r.sub, err = r.open(kind, s.src.Endpoint); err != nil {
 		return r.fail(err)
 	}
 	if s.src.Replay != "" {
-		if r.dealer, err = r.open(zmq4.NewDealer, s.src.Replay, false, nil); err != nil {
+		if r.dealer, err = r.open(dealer, s.src.Replay); err != nil {
 			return r.fail(err)
 		}
 		// The SUB is subscribed before this, so nothing published after

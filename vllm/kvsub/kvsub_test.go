@@ -213,22 +213,16 @@ func TestPublisherProcessRestart(t *testing.T) {
 		p.publish(pl, true) // 0, 1, 2
 	}
 	collect(t, ch, 3, wait)
-	p.stop()
-	p2 := newTestPubAt(t, "kv", 100, p.pubEP, p.replayEP)
-	p2.publish(pl, true) // 0: nobody listens yet
+	p2 := p.respawn(pl) // 0, before it binds: nobody hears it live
 	p2.waitSubscribed("")
-	p2.publish(pl, true) // 1
-	var got []Update
-	for len(got) < 3 {
-		u := collect(t, ch, 1, wait)[0]
-		if u.Kind == KindError { // the dropped connections
-			continue
-		}
-		got = append(got, u)
-	}
+	p2.publish(pl, true) // 1: the sequence went back
+	got := collectUpdates(t, ch, 3, wait)
 	want := []string{"reset:1", "batch:0r", "batch:1r"}
 	if s := summary(got); !reflect.DeepEqual(s, want) {
 		t.Errorf("updates %v, want %v", s, want)
+	}
+	if got := p2.replayStarts(); !reflect.DeepEqual(got, []int64{0}) {
+		t.Errorf("the new process was asked for replays from %v, want [0]", got)
 	}
 }
 
@@ -245,31 +239,26 @@ func TestPublisherProcessRestartAhead(t *testing.T) {
 		p.publish(old, true) // 0, 1, 2
 	}
 	collect(t, ch, 3, wait)
-	p.stop()
-	p2 := newTestPubAt(t, "kv", 100, p.pubEP, p.replayEP)
+	var early [][]byte
 	for i := range 5 { // 0..4 while the subscriber is away
-		p2.publish(pack(t, batchMap(float64(100+i))), true)
+		early = append(early, pack(t, batchMap(float64(100+i))))
 	}
+	p2 := p.respawn(early...)
 	p2.waitSubscribed("")
-	p2.publish(pack(t, batchMap(105)), true) // 5
-	var got []Update
-	for len(got) < 7 {
-		u := collect(t, ch, 1, wait)[0]
-		if u.Kind == KindError {
-			continue
+	p2.publish(pack(t, batchMap(105)), true) // 5: ahead of the old process's 2
+	got := collectUpdates(t, ch, 7, wait)
+	want := []string{"reset:5", "batch:0r", "batch:1r", "batch:2r", "batch:3r", "batch:4r", "batch:5r"}
+	if s := summary(got); !reflect.DeepEqual(s, want) {
+		t.Errorf("updates %v, want %v", s, want)
+	}
+	for i, u := range got[1:] {
+		if u.Batch.TS != float64(100+i) {
+			t.Errorf("batch %d has ts %v, want the new process's %d", u.Seq, u.Batch.TS, 100+i)
 		}
-		got = append(got, u)
 	}
-	// The restart is seen at whichever of the new process's sequences
-	// was last when the subscriber came back (0 to 5, by timing); then
-	// every batch of the new process comes from replay, in order.
-	want := []string{"batch:0r", "batch:1r", "batch:2r", "batch:3r", "batch:4r", "batch:5r"}
-	s := summary(got)
-	if !strings.HasPrefix(s[0], "reset:") || !reflect.DeepEqual(s[1:], want) {
-		t.Errorf("updates %v, want a reset at 0 to 5, then %v", s, want)
-	}
-	if got[1].Batch.TS != 100 {
-		t.Errorf("batch 0 is the old process's (ts %v)", got[1].Batch.TS)
+	// Asked for batch 2 (is it still the one delivered?), then from 0.
+	if got := p2.replayStarts(); !reflect.DeepEqual(got, []int64{2, 0}) {
+		t.Errorf("the new process was asked for replays from %v, want [2 0]", got)
 	}
 }
 

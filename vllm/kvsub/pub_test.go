@@ -47,14 +47,19 @@ type entry struct {
 
 func newTestPub(t testing.TB, topic string, maxBuf int) *testPub {
 	t.Helper()
-	return newTestPubAt(t, topic, maxBuf, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0")
+	return newTestPubAt(t, topic, maxBuf, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", nil)
 }
 
-// newTestPubAt listens on the given endpoints (port 0 for any).
-func newTestPubAt(t testing.TB, topic string, maxBuf int, pubEP, replayEP string) *testPub {
+// newTestPubAt listens on the given endpoints (port 0 for any), with the
+// batches early already published (numbered from 0) before it binds: in
+// its replay buffer, heard live by nobody.
+func newTestPubAt(t testing.TB, topic string, maxBuf int, pubEP, replayEP string, early [][]byte) *testPub {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &testPub{t: t, topic: topic, maxBuf: maxBuf, served: make(chan struct{}, 100)}
+	for _, payload := range early {
+		p.publish(payload, false)
+	}
 	// The probe kvsub makes before dialing has zmq4 log a failed handshake.
 	quiet := zmq4.WithLogger(log.New(io.Discard, "", 0))
 	p.pub = zmq4.NewPub(ctx, quiet)
@@ -145,6 +150,16 @@ func (p *testPub) restart() {
 	p.mu.Unlock()
 }
 
+// respawn stops p, as its process exiting, and starts a new process on
+// the same endpoints, numbering from 0 again, whose first batches early
+// are published before it binds: the subscriber, redialing, finds them
+// only in the replay buffer, whatever the timing.
+func (p *testPub) respawn(early ...[]byte) *testPub {
+	p.t.Helper()
+	p.stop()
+	return newTestPubAt(p.t, p.topic, p.maxBuf, p.pubEP, p.replayEP, early)
+}
+
 func (p *testPub) raw(frames ...[]byte) {
 	if err := p.pub.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
 		p.t.Errorf("publish: %v", err)
@@ -232,6 +247,32 @@ func collect(t testing.TB, ch <-chan Update, n int, timeout time.Duration) []Upd
 			out = append(out, u)
 		case <-timer.C:
 			t.Fatalf("got %d updates in %v, want %d: %v", len(out), timeout, n, summary(out))
+		}
+	}
+	return out
+}
+
+// collectUpdates reads updates until n of them are not KindError (the
+// dropped connections and redials of a restart, whose number depends on
+// timing), failing after timeout; it returns those n.
+func collectUpdates(t testing.TB, ch <-chan Update, n int, timeout time.Duration) []Update {
+	t.Helper()
+	var out, errs []Update
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for len(out) < n {
+		select {
+		case u := <-ch:
+			if u.Kind == KindError {
+				errs = append(errs, u)
+				continue
+			}
+			out = append(out, u)
+		case <-timer.C:
+			for _, u := range errs {
+				t.Logf("error update: %v", u.Err)
+			}
+			t.Fatalf("got %d updates besides errors in %v, want %d: %v", len(out), timeout, n, summary(out))
 		}
 	}
 	return out

@@ -12,17 +12,39 @@ import (
 	"kvscope/vllm/kvevents"
 )
 
-// sock is a socket with a goroutine that feeds its messages to ch.
+// sock is a socket of the run with a goroutine that feeds its messages to
+// ch. The goroutine owns the socket: it closes it when its context ends,
+// and it replaces a dialed SUB whose connection dropped by a freshly
+// dialed one.
 type sock struct {
-	zmq4.Socket
-	ep string
-	ch chan zmq4.Msg
-	// dropped is set when a receive fails (the connection went; zmq4
-	// redials), before any message of the next connection is read.
+	z    zmq4.Socket
+	ep   string
+	kind sockKind
+	ch   chan zmq4.Msg
+	// dropped is set when a receive fails (the connection went), before
+	// any message of a later connection is read.
 	dropped atomic.Bool
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
+
+// sockKind says what becomes of a socket whose connection drops.
+type sockKind int
+
+const (
+	// bound: a listening SUB; one publisher's connection went, the others
+	// and later ones are still taken.
+	bound sockKind = iota
+	// dialedSub: the SUB is dialed afresh, until it connects or the run
+	// ends.
+	dialedSub
+	// dealer: the run replaces it before its next replay request.
+	dealer
+)
+
+// redialPause separates two failed redials (each one zmq4's DialRetries
+// attempts, 250 ms apart).
+const redialPause = 250 * time.Millisecond
 
 type run struct {
 	s      *Subscriber
@@ -45,55 +67,90 @@ type seqState struct {
 	lastSum  uint64 // digest of the payload of batch next-1
 }
 
-func (r *run) open(newSock func(context.Context, ...zmq4.Option) zmq4.Socket, ep string, bind bool, setup func(zmq4.Socket) error) (*sock, error) {
-	if !bind {
-		if err := probe(r.ctx, ep, r.s.src.HandshakeTimeout); err != nil {
+// open makes a socket on ep and starts its reading goroutine.
+func (r *run) open(kind sockKind, ep string) (*sock, error) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	z, err := r.connect(ctx, kind, ep)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s := &sock{z: z, ep: ep, kind: kind, ch: make(chan zmq4.Msg), cancel: cancel, done: make(chan struct{})}
+	go s.read(ctx, r)
+	return s, nil
+}
+
+// connect makes a socket of kind and binds or dials it. zmq4's automatic
+// reconnect is off: it dials again from inside the dropped connection's
+// reader, gives up silently when its retries run out or a handshake fails
+// (the socket then sends into nothing and never receives), and can land
+// on the listener of a zmq4 publisher that is closing (it closes its
+// connections before its listener, and one accepted meanwhile stays open,
+// served by nobody). The run redials itself, so it knows which messages
+// come from a new connection.
+func (r *run) connect(ctx context.Context, kind sockKind, ep string) (zmq4.Socket, error) {
+	if kind != bound {
+		if err := probe(ctx, ep, r.s.src.HandshakeTimeout); err != nil {
 			return nil, fmt.Errorf("%s: %w", ep, err)
 		}
 	}
-	ctx, cancel := context.WithCancel(r.ctx)
-	retries := r.s.src.DialRetries
-	z := newSock(ctx, zmq4.WithDialerMaxRetries(retries), zmq4.WithAutomaticReconnect(!bind))
-	if setup != nil {
-		if err := setup(z); err != nil {
-			cancel()
+	opts := []zmq4.Option{zmq4.WithDialerMaxRetries(r.s.src.DialRetries), zmq4.WithAutomaticReconnect(false)}
+	var z zmq4.Socket
+	if kind == dealer {
+		z = zmq4.NewDealer(ctx, opts...)
+	} else {
+		z = zmq4.NewSub(ctx, opts...)
+		if err := z.SetOption(zmq4.OptionSubscribe, r.s.src.Topic); err != nil {
 			z.Close()
 			return nil, fmt.Errorf("%s: %w", ep, err)
 		}
 	}
 	var err error
-	if bind {
+	if kind == bound {
 		err = z.Listen(ep)
 	} else {
 		err = z.Dial(ep)
 	}
 	if err != nil {
-		cancel()
 		z.Close()
 		return nil, fmt.Errorf("%s: %w", ep, err)
 	}
-	s := &sock{Socket: z, ep: ep, ch: make(chan zmq4.Msg), cancel: cancel, done: make(chan struct{})}
-	go s.read(ctx, r)
-	return s, nil
+	return z, nil
 }
 
 // read forwards the socket's messages until its context ends. A receive
-// error (a dropped connection, which zmq4 redials) is reported and the
-// reading goes on after a pause.
+// error (a dropped connection) is reported and sets dropped; then a
+// dialed SUB is dialed afresh, a dealer waits to be replaced and a bound
+// SUB reads on after a pause.
 func (s *sock) read(ctx context.Context, r *run) {
 	defer close(s.done)
+	defer func() {
+		if s.z != nil {
+			s.z.Close()
+		}
+	}()
 	for {
-		msg, err := s.Recv()
+		msg, err := s.z.Recv()
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			s.dropped.Store(true)
 			r.report(Update{Kind: KindError, Seq: -1, Err: fmt.Errorf("%s: receive: %w", s.ep, err)})
-			select {
-			case <-ctx.Done():
+			switch s.kind {
+			case dialedSub:
+				if !s.redial(ctx, r) {
+					return
+				}
+			case dealer:
+				<-ctx.Done()
 				return
-			case <-time.After(100 * time.Millisecond):
+			case bound:
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
 			}
 			continue
 		}
@@ -105,9 +162,32 @@ func (s *sock) read(ctx context.Context, r *run) {
 	}
 }
 
+// redial replaces the socket by a freshly dialed one, trying again while
+// the publisher is away (a vLLM restart takes minutes); it reports false
+// when ctx ends first.
+func (s *sock) redial(ctx context.Context, r *run) bool {
+	s.z.Close()
+	s.z = nil
+	for {
+		z, err := r.connect(ctx, s.kind, s.ep)
+		if err == nil {
+			s.z = z
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		r.report(Update{Kind: KindError, Seq: -1, Err: fmt.Errorf("redial: %w", err)})
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(redialPause):
+		}
+	}
+}
+
 func (s *sock) close() {
 	s.cancel()
-	s.Close()
 	<-s.done
 }
 
@@ -179,7 +259,14 @@ func (r *run) live(msg zmq4.Msg) {
 	st := r.state(topic)
 	st.topic = topic
 	restarted := st.lastLive >= 0 && seq <= st.lastLive // the live stream only goes forward
-	if dropped := r.sub.dropped.Swap(false); dropped && !restarted && r.s.src.Replay != "" && st.started && st.next > 0 {
+	dropped := r.sub.dropped.Swap(false)
+	if dropped {
+		// The dealer's connection went with the SUB's, or leads to the
+		// process that left: the next request dials afresh, so that it
+		// asks whoever now publishes on the endpoint.
+		r.dropDealer()
+	}
+	if dropped && !restarted && r.s.src.Replay != "" && st.started && st.next > 0 {
 		// The connection dropped and came back: the same publisher, or a
 		// new process on the same port whose numbers mean other batches?
 		restarted = !r.sameProcess(st)
@@ -281,15 +368,18 @@ func (r *run) sameProcess(st *seqState) bool {
 // request sends a replay request from start and gives each answered batch
 // to fn, up to the end marker; it reports whether the end marker came.
 func (r *run) request(start int64, fn func(seq int64, payload []byte)) bool {
+	if r.dealer != nil && r.dealer.dropped.Load() {
+		r.dropDealer()
+	}
 	if r.dealer == nil {
-		d, err := r.open(zmq4.NewDealer, r.s.src.Replay, false, nil)
+		d, err := r.open(dealer, r.s.src.Replay)
 		if err != nil {
 			r.report(Update{Kind: KindError, Seq: -1, Err: fmt.Errorf("replay: %w", err)})
 			return false
 		}
 		r.dealer = d
 	}
-	if err := r.dealer.Send(zmq4.NewMsgFrom([]byte{}, kvevents.SeqBytes(start))); err != nil {
+	if err := r.dealer.z.Send(zmq4.NewMsgFrom([]byte{}, kvevents.SeqBytes(start))); err != nil {
 		r.report(Update{Kind: KindError, Seq: -1, Err: fmt.Errorf("replay from %d: send: %w", start, err)})
 		r.dropDealer()
 		return false
