@@ -15,7 +15,9 @@
 // sequence number that goes back is a publisher restart, reported as a
 // reset; so is a dropped connection after which the replay socket's batch
 // under the last number seen is not the one delivered (a new process on
-// the same port). Malformed messages are reported and skipped, never fatal.
+// the same port). A dropped connection is redialed by the subscriber
+// itself (not by zmq4) until the context ends. Malformed messages are
+// reported and skipped, never fatal.
 //
 // Without a replay endpoint (for example a bound SUB that many publishers
 // connect to, as llm-d's topics kv@<pod>@<model> allow), sequences are

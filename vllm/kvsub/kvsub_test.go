@@ -262,6 +262,37 @@ func TestPublisherProcessRestartAhead(t *testing.T) {
 	}
 }
 
+// TestRedialAfterRetriesRunOut: a publisher away for longer than the dial
+// retries last (a vLLM restart takes minutes) is waited for: each redial
+// that runs out of them is reported, and the subscriber is back when the
+// new process binds.
+func TestRedialAfterRetriesRunOut(t *testing.T) {
+	p := newTestPub(t, "kv", 100)
+	_, ch, _ := start(t, Source{Endpoint: p.pubEP, Replay: p.replayEP, DialRetries: 1})
+	p.waitSubscribed("")
+	<-p.served
+	p.publish(pack(t, batchArray(1, []any{"AllBlocksCleared"})), true) // 0
+	collect(t, ch, 1, wait)
+	p.stop()
+	for { // the process stays away until a redial has run out of retries
+		u := collect(t, ch, 1, wait)[0]
+		if u.Kind != KindError {
+			t.Fatalf("update %v while the publisher is away", summary([]Update{u}))
+		}
+		if strings.Contains(u.Err.Error(), "redial") && strings.Contains(u.Err.Error(), "could not dial") {
+			break
+		}
+	}
+	p2 := p.respawn(pack(t, batchMap(100))) // 0
+	p2.waitSubscribed("")
+	p2.publish(pack(t, batchMap(101)), true) // 1
+	got := collectUpdates(t, ch, 3, wait)
+	want := []string{"reset:1", "batch:0r", "batch:1r"}
+	if s := summary(got); !reflect.DeepEqual(s, want) {
+		t.Errorf("updates %v, want %v", s, want)
+	}
+}
+
 // TestNoReplayEndpoint: without a replay socket, gaps are lost, per topic.
 func TestNoReplayEndpoint(t *testing.T) {
 	p := newTestPub(t, "kv@pod-a@llama", 100)
