@@ -30,6 +30,7 @@ type Backend struct {
 	goTypes   map[quant.Type]bool
 	goWrites  map[kvstore.Precision]bool
 	packed    map[packKey]*Packed // by the bytes packed, so a tied matrix is packed once
+	arena     Arena               // the packed weights' memory
 }
 
 // packKey names a packed matrix by its first byte's address and its shape.
@@ -70,7 +71,7 @@ func (b *Backend) Weight(t quant.Type, rows, cols int, data []byte, bias []float
 		b.mu.Unlock()
 		if p == nil {
 			var err error
-			if p, err = b.lib.Pack(t, data, rows, cols); err != nil {
+			if p, err = b.lib.PackIn(&b.arena, t, data, rows, cols); err != nil {
 				return nil, err
 			}
 			releaseMapped(data)

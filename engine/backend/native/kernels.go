@@ -95,6 +95,41 @@ type Packed struct {
 	typ        quant.Type
 	rows, cols int
 	data       []byte // 64-byte aligned
+	mem        any    // what owns data's memory (a *Packed or an arena's chunk)
+}
+
+// Arena hands out memory for packed weights from large huge-page
+// allocations, one after another, so that a model's many matrices do not
+// each round up to whole 2 MiB pages (on TinyLlama that rounding held 250
+// MB more than the weights). A chunk is unmapped once no Packed in it is
+// reachable. Its methods are safe for concurrent use.
+type Arena struct {
+	mu  sync.Mutex
+	cur *arenaChunk
+	off int
+}
+
+// arenaChunk is one allocation of an Arena.
+type arenaChunk struct{ b []byte }
+
+// arenaChunkBytes is an Arena's allocation size (a larger matrix gets a
+// chunk of its own size). Only the pages written are resident, so a
+// chunk's unused end costs at most one huge page.
+const arenaChunkBytes = 64 << 20
+
+// alloc returns size bytes, 64-byte aligned, and the chunk owning them.
+func (a *Arena) alloc(size int) ([]byte, *arenaChunk) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := (size + 63) &^ 63
+	if a.cur == nil || a.off+n > len(a.cur.b) {
+		c := &arenaChunk{}
+		c.b = allocPacked(max(n, arenaChunkBytes), c)
+		a.cur, a.off = c, 0
+	}
+	b := a.cur.b[a.off : a.off+size : a.off+size]
+	a.off += n
+	return b, a.cur
 }
 
 // Packable reports whether Pack takes weights of type t: Q4_0, Q5_0, Q8_0,
@@ -114,6 +149,12 @@ const packScratch = 256 << 10
 // address. A type without a packed form gives an error wrapping
 // ErrUnsupported.
 func (l *Lib) Pack(typ quant.Type, w []byte, rows, cols int) (p *Packed, err error) {
+	return l.PackIn(nil, typ, w, rows, cols)
+}
+
+// PackIn is Pack with the packed copy's memory taken from a (nil: memory
+// of its own).
+func (l *Lib) PackIn(a *Arena, typ quant.Type, w []byte, rows, cols int) (p *Packed, err error) {
 	if !l.Packable(typ) {
 		return nil, fmt.Errorf("native: packing %s weights: %w", typ, ErrUnsupported)
 	}
@@ -126,7 +167,11 @@ func (l *Lib) Pack(typ quant.Type, w []byte, rows, cols int) (p *Packed, err err
 		return nil, fmt.Errorf("native: pack: %d rows of %d %s elements take %d bytes, weights have %d", rows, cols, typ, int64(rows)*rb, len(w))
 	}
 	p = &Packed{typ: typ, rows: rows, cols: cols}
-	p.data = allocPacked(int(size), p)
+	if a != nil {
+		p.data, p.mem = a.alloc(int(size))
+	} else {
+		p.data, p.mem = allocPacked(int(size), p), nil
+	}
 	groups := (rows + packRows - 1) / packRows
 	nw := min(runtime.GOMAXPROCS(0), groups)
 	if size < 1<<20 {
