@@ -136,6 +136,10 @@ func (a *Arena) alloc(size int) ([]byte, *arenaChunk) {
 // Q4_K, Q5_K and Q6_K.
 func (l *Lib) Packable(t quant.Type) bool { return l.packedBytes(uint32(t), 16, 256) > 0 }
 
+// scratchPool holds Pack's copies of the file's rows (*[]byte), so that a
+// model's load reuses a few instead of leaving hundreds to the collector.
+var scratchPool sync.Pool
+
 // packScratch is about how many bytes of the file's rows each packing
 // goroutine copies at a time before the library packs them: a few hundred
 // KB, so that the copy is still in L2 when it is packed.
@@ -191,7 +195,15 @@ func (l *Lib) PackIn(a *Arena, typ quant.Type, w []byte, rows, cols int) (p *Pac
 	var failed atomic.Int32
 	par.Run(nw, func(k int) {
 		g0, g1 := groups*k/nw, groups*(k+1)/nw
-		scratch := make([]byte, min(per, max(g1-g0, 1))*packRows*int(rb))
+		sp, _ := scratchPool.Get().(*[]byte)
+		if sp == nil {
+			sp = new([]byte)
+		}
+		defer scratchPool.Put(sp)
+		if need := min(per, max(g1-g0, 1)) * packRows * int(rb); cap(*sp) < need {
+			*sp = make([]byte, need)
+		}
+		scratch := (*sp)[:cap(*sp)]
 		for g := g0; g < g1; g += per {
 			ge := min(g+per, g1)
 			src := w[g*packRows*int(rb) : min(ge*packRows, rows)*int(rb)]
