@@ -377,3 +377,16 @@ func (p *ReadProbe) Measure() (float64, error) {
 	}
 	return best, nil
 }
+
+// WeightBytes returns the bytes of host memory the CPU backend holds for a
+// rows×cols weight matrix of type typ whose file bytes are fileBytes: its
+// packed copy for a type the library packs (the mapped file's pages are
+// given back), else its copy of the file's bytes.
+func (l *Lib) WeightBytes(typ quant.Type, rows, cols int, fileBytes int64) int64 {
+	if l.Packable(typ) {
+		if n := l.packedBytes(uint32(typ), int64(rows), int64(cols)); n > 0 {
+			return n
+		}
+	}
+	return fileBytes
+}
