@@ -194,3 +194,34 @@ func parseBatchedBench(r io.Reader) (map[string]float64, error) {
 	}
 	return res, nil
 }
+
+// usablePeer runs the usable-bin.sh found beside the peer's bin folder,
+// copying bin to a folder under dir without the CPU variants that crash on
+// this machine, and returns that folder and the script's last line (which
+// variant ggml loads from it). It returns "" when there is no script.
+func usablePeer(peer, dir string) (string, string, error) {
+	script := filepath.Join(filepath.Dir(peer), "usable-bin.sh")
+	if _, err := os.Stat(script); err != nil {
+		return "", "", nil
+	}
+	dst := filepath.Join(dir, "llama.cpp-bin")
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", script, dst)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", "", fmt.Errorf("%s: %v: %s", script, err, firstLine(stderr.String()))
+	}
+	if findPeer(dst) == "" {
+		return "", "", fmt.Errorf("%s left no llama-bench and llama-batched-bench in %s", script, dst)
+	}
+	variant := strings.TrimSpace(stdout.String())
+	if dropped := strings.TrimSpace(stderr.String()); dropped != "" {
+		variant += " (" + strings.ReplaceAll(dropped, "\n", "; ") + ")"
+	}
+	if variant == "" {
+		variant = "the variant ggml loads is not known"
+	}
+	return dst, variant, nil
+}

@@ -42,10 +42,10 @@ type speedOpts struct {
 }
 
 func benchSpeed(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench speed", "[--preset NAME] [--types Q4_0,Q8_0] [-t THREADS] [--peer DIR]", stderr)
+	fs := newFlags("bench speed", "[--preset NAME] [--types Q4_0,Q8_0,Q4_K_M] [-t THREADS] [--peer DIR]", stderr)
 	var o speedOpts
 	fs.StringVar(&o.preset, "preset", "tinyllama-1.1b", "model shape (gen-model's presets: "+presetNames()+")")
-	types := fs.String("types", "Q4_0,Q8_0", "weight types, comma-separated; one model file each")
+	types := fs.String("types", "Q4_0,Q8_0,Q4_K_M", "weight types, comma-separated; one model file each")
 	threads := intFlag(fs, "t", runtime.NumCPU(), 1, 1024, "threads, for both engines")
 	prompt := intFlag(fs, "p", 128, 1, 8192, "prompt tokens of the prefill test and of each sequence of the batched tests")
 	gen := intFlag(fs, "n", 64, 1, 8192, "tokens one sequence decodes from an empty context")
@@ -98,6 +98,17 @@ func runSpeed(o speedOpts, out io.Writer) error {
 		dir = d
 	}
 	peer := findPeer(o.peer)
+	if peer != "" {
+		// A copy of the peer's binaries without the CPU variants that
+		// crash on this machine (usable-bin.sh, beside bin/), where the
+		// script is at hand.
+		if usable, variant, err := usablePeer(peer, dir); err != nil {
+			fmt.Fprintf(out, "llama.cpp: %s as it is (%v)\n", peer, err)
+		} else if usable != "" {
+			fmt.Fprintf(out, "llama.cpp: %s, copied to %s without the CPU variants that do not run here: %s\n", peer, usable, variant)
+			peer = usable
+		}
+	}
 	measure, how := bandwidthProbe()
 	bw := measure()
 	fmt.Fprintf(out, "machine: %d threads; read bandwidth measured %.1f GB/s (%s; measured again before each round and after the last, the limits below use the best)\n", o.threads, bw/1e9, how)
@@ -177,6 +188,13 @@ func runSpeed(o speedOpts, out io.Writer) error {
 		if note != "" {
 			fmt.Fprintln(out, note)
 		}
+		steady := 0.0
+		for _, r := range rows {
+			if r.test == ppTest(o.prompt) {
+				steady = r.ours
+			}
+		}
+		coldStart(out, path, int64(size), o, peer, steady)
 		os.Remove(path)
 	}
 	return nil

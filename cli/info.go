@@ -66,6 +66,7 @@ func infoCmd(args []string, stdout, stderr io.Writer) error {
 		parts = append(parts, fmt.Sprintf("%s ×%d", k, types[k]))
 	}
 	fmt.Fprintf(stdout, "tensor types:  %s (%d tensors)\n", strings.Join(parts, ", "), len(f.Tensors))
+	fmt.Fprintf(stdout, "weight memory: %s\n", weightMemory(f))
 
 	tok, err := tokenizer.FromGGUF(f)
 	if err != nil {
@@ -85,6 +86,38 @@ func infoCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "chat template: no")
 	}
 	return nil
+}
+
+// weightMemory says how much memory the model's weights take on each
+// backend: the Go backend reads the mapped file in place; the CPU library
+// holds a packed copy of the types it packs (and gives the file's pages
+// back) and a copy of the rest; a device backend holds them in device
+// memory.
+func weightMemory(f *gguf.File) string {
+	var file, cpu int64
+	l, err := native.Load("")
+	for _, t := range f.Tensors {
+		file += int64(t.Size)
+		if err != nil {
+			continue
+		}
+		if len(t.Dims) < 2 {
+			cpu += int64(t.Size)
+			continue
+		}
+		rows := int64(1)
+		for _, d := range t.Dims[1:] {
+			rows *= int64(d)
+		}
+		cpu += l.WeightBytes(t.Type, int(rows), int(t.Dims[0]), int64(t.Size))
+	}
+	s := fmt.Sprintf("go %s (the mapped file, paged in as read)", humanize.IBytes(uint64(file)))
+	if err == nil {
+		s += fmt.Sprintf("; cpu %s (%.2f× the tensors: packed at load, the file's pages given back)", humanize.IBytes(uint64(cpu)), float64(cpu)/float64(max(file, 1)))
+	} else {
+		s += "; cpu unknown (the native library is not built)"
+	}
+	return s + "; cuda, metal: in device memory, as in the file (a type without a kernel as F16)"
 }
 
 func specials(t *tokenizer.Tokenizer) string {

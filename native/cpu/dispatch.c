@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 
 #include "common.h"
+#include <stdlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -179,11 +180,41 @@ struct mm_job {
 	int packed;
 };
 
+void kvs_pack_group(uint32_t type, int64_t rows, int64_t cols, int64_t g, const uint8_t *w, uint8_t *gp);
+
+/* repacked reports whether kvs_matmul computes type on its packed form (so
+ * that both give the same bits): types whose only kernels are packed. */
+static int repacked(uint32_t type) { return type == 6 || (type >= 12 && type <= 14); }
+
+/* mm_repacked computes rows [r0, r1) of kvs_matmul for a repacked type:
+ * each 16-row group that holds some of them is packed into scratch and
+ * multiplied as a matrix of its own rows, and the named outputs copied out
+ * (so a range need not start or end on a group). */
+static int mm_repacked(const struct mm_job *j, int64_t r0, int64_t r1) {
+	enum { PR = KVS_PACK_ROWS };
+	int64_t gb = kvs_packed_bytes(j->type, PR, j->cols), rb = kvs_row_bytes(j->type, j->cols);
+	uint8_t *buf = aligned_alloc(64, (size_t)(gb + 63) / 64 * 64);
+	float *tmp = malloc((size_t)j->n * PR * sizeof(float));
+	int rc = buf && tmp ? KVS_OK : KVS_ERR_ARG;
+	for (int64_t g = r0 / PR; g * PR < r1 && rc == KVS_OK; g++) {
+		int64_t base = g * PR, nr = j->rows - base < PR ? j->rows - base : PR;
+		kvs_pack_group(j->type, nr, j->cols, 0, (const uint8_t *)j->w + base * rb, buf);
+		rc = j->o->matmul_packed(j->type, buf, nr, j->cols, 0, nr, j->qx, j->n, tmp);
+		int64_t a = base > r0 ? base : r0, b = base + nr < r1 ? base + nr : r1;
+		for (int64_t v = 0; v < j->n; v++)
+			for (int64_t r = a; r < b; r++) j->out[v * j->rows + r] = tmp[v * nr + r - base];
+	}
+	free(buf);
+	free(tmp);
+	return rc;
+}
+
 static int mm_part(void *c, int w, int64_t a, int64_t b) {
 	struct mm_job *j = c;
 	(void)w;
 	if (j->packed)
 		return j->o->matmul_packed(j->type, j->w, j->rows, j->cols, j->row0 + a, j->row0 + b, j->qx, j->n, j->out);
+	if (repacked(j->type)) return mm_repacked(j, j->row0 + a, j->row0 + b);
 	return j->o->matmul(j->type, j->w, j->rows, j->cols, j->row0 + a, j->row0 + b, j->x, j->qx, j->n, j->out);
 }
 
@@ -196,12 +227,6 @@ int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t
 	if (row0 == row1 || n == 0) return KVS_OK;
 	struct mm_job j = {ops(), type, w, rows, cols, row0, x, qx, n, out, 0};
 	return kvs_par(row1 - row0, KVS_PACK_ROWS, (row1 - row0) * cols * n >= SERIAL_WORK, mm_part, &j);
-}
-
-int64_t kvs_packed_bytes(uint32_t type, int64_t rows, int64_t cols) {
-	if (type != 2 && type != 8) return KVS_ERR_TYPE;
-	if (rows <= 0 || rows > ((int64_t)1 << 32) || kvs_row_bytes(type, cols) == 0) return KVS_ERR_ARG;
-	return (rows + KVS_PACK_ROWS - 1) / KVS_PACK_ROWS * (cols / 32) * (type == 2 ? 256 + 32 : 512 + 32);
 }
 
 int kvs_matmul_packed(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0, int64_t row1,

@@ -9,6 +9,7 @@
  * arithmetic is kvscope.h's: an exact integer sum per block, then
  * acc += float(isum) * (dw * dx), in block order, so every path (and the
  * raw-layout kvs_matmul) gives the same bits. */
+#include "packed_layout.h"
 #include "simd.h"
 
 enum { PR = KVS_PACK_ROWS, NV = 8 };
@@ -27,8 +28,12 @@ static inline int32_t ld32(const void *p) {
 	return v;
 }
 
-/* Code bytes of one group's block: 16 rows × 32 codes, nibbles or bytes. */
-static inline int64_t code_bytes(uint32_t type) { return type == 2 ? 256 : 512; }
+/* Code bytes of one group's block: 16 rows × 32 codes, nibbles (Q5_0: and
+ * 64 bytes of fifth bits) or bytes. */
+static inline int64_t code_bytes(uint32_t type) { return pk32_code_bytes(type); }
+
+/* nib_off is the offset making a nibble type's codes signed: Q4_0 8, Q5_0 16. */
+static inline int32_t nib_off(uint32_t type) { return type == 6 ? 16 : 8; }
 
 /* The scalar definition, run by the scalar and NEON paths. */
 static void packed_ref(uint32_t type, const uint8_t *wp, int64_t rows, int64_t nb, int64_t g, const struct act32 *qx,
@@ -42,13 +47,19 @@ static void packed_ref(uint32_t type, const uint8_t *wp, int64_t rows, int64_t n
 			const uint8_t *c = codes + i * cb;
 			for (int r = 0; r < PR; r++) {
 				int32_t s = 0;
-				if (type == 2) {
+				if (type != 8) {
 					for (int k = 0; k < 4; k++)
 						for (int j = 0; j < 4; j++) {
 							uint8_t b = c[64 * k + 4 * r + j];
-							s += (b & 15) * a->q[4 * k + j] + (b >> 4) * a->q[16 + 4 * k + j];
+							int32_t lo = b & 15, hi = b >> 4;
+							if (type == 6) {
+								uint8_t h = c[256 + 4 * r + j];
+								lo |= ((h >> k) & 1) << 4;
+								hi |= ((h >> (4 + k)) & 1) << 4;
+							}
+							s += lo * a->q[4 * k + j] + hi * a->q[16 + 4 * k + j];
 						}
-					s -= 8 * a->s;
+					s -= nib_off(type) * a->s;
 				} else {
 					for (int k = 0; k < 8; k++)
 						for (int j = 0; j < 4; j++) s += c[64 * k + 4 * r + j] * a->q[4 * k + j];
@@ -119,6 +130,16 @@ static inline __m512i dp8(__m512i acc, __m512i u, __m512i a) {
 #define Q8_OFFSET 0
 #endif
 
+/* fifth512 adds Q5_0's fifth bits to chunk k's codes: bit k of byte b of
+ * the block's 64 high-bit bytes hb is the low nibble's, bit 4+k the high
+ * nibble's. */
+static inline __attribute__((always_inline)) void fifth512(const uint8_t *hb, int k, __m512i *lo, __m512i *hi) {
+	const __m512i m = _mm512_set1_epi8(16);
+	__m512i h = _mm512_loadu_si512(hb);
+	*lo = _mm512_or_si512(*lo, _mm512_and_si512(_mm512_slli_epi16(h, 4 - k), m));
+	*hi = _mm512_or_si512(*hi, _mm512_and_si512(_mm512_srli_epi16(h, k), m));
+}
+
 /* tile computes one group (16 rows) for vectors [0, nv) of qx (nb blocks a
  * vector), writing out[v*rows + lane] for the first valid lanes. */
 static inline __attribute__((always_inline)) void tile(uint32_t type, const uint8_t *codes, const uint8_t *ds,
@@ -133,15 +154,16 @@ static inline __attribute__((always_inline)) void tile(uint32_t type, const uint
 		if (pf) prefetch(type, codes, ds, i);
 		__m512i s0[NV], s1[NV];
 		for (int v = 0; v < nv; v++) {
-			int32_t off = type == 2 ? -8 * qx[v * nb + i].s : -Q8_OFFSET * qx[v * nb + i].s;
+			int32_t off = type != 8 ? -nib_off(type) * qx[v * nb + i].s : -Q8_OFFSET * qx[v * nb + i].s;
 			s0[v] = _mm512_set1_epi32(off);
 			s1[v] = _mm512_setzero_si512();
 		}
-		if (type == 2) {
-			const uint8_t *c = codes + 256 * i;
+		if (type != 8) {
+			const uint8_t *c = codes + code_bytes(type) * i;
 			for (int k = 0; k < 4; k++) {
 				__m512i raw = _mm512_loadu_si512(c + 64 * k);
 				__m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+				if (type == 6) fifth512(c + 256, k, &lo, &hi);
 				for (int v = 0; v < nv; v++) {
 					const int8_t *q = qx[v * nb + i].q;
 					s0[v] = dp(s0[v], lo, _mm512_set1_epi32(ld32(q + 4 * k)));
@@ -188,20 +210,23 @@ static inline __attribute__((always_inline)) void tile1(uint32_t type, const uin
 	for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		const int8_t *q = qx[i].q;
-		int32_t off = type == 2 ? -8 * qx[i].s : -Q8_OFFSET * qx[i].s;
+		int32_t off = type != 8 ? -nib_off(type) * qx[i].s : -Q8_OFFSET * qx[i].s;
 		__m512i s0[4], s1[4];
 		for (int g = 0; g < G; g++) {
-			if (type == 2) prefetch(type, c0 + g * gstride, c0 + g * gstride + nb * cb, i);
+			if (type != 8) prefetch(type, c0 + g * gstride, c0 + g * gstride + nb * cb, i);
 			else prefetch_lines(cb, c0 + g * gstride, c0 + g * gstride + nb * cb, i, PF1, 2);
 			s0[g] = _mm512_set1_epi32(off), s1[g] = _mm512_setzero_si512();
 		}
-		if (type == 2) {
+		if (type != 8) {
 			for (int k = 0; k < 4; k++) {
 				__m512i xl = _mm512_set1_epi32(ld32(q + 4 * k)), xh = _mm512_set1_epi32(ld32(q + 16 + 4 * k));
 				for (int g = 0; g < G; g++) {
-					__m512i raw = _mm512_loadu_si512(c0 + g * gstride + 256 * i + 64 * k);
-					s0[g] = dp(s0[g], _mm512_and_si512(raw, m4), xl);
-					s1[g] = dp(s1[g], _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), xh);
+					const uint8_t *c = c0 + g * gstride + cb * i;
+					__m512i raw = _mm512_loadu_si512(c + 64 * k);
+					__m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+					if (type == 6) fifth512(c + 256, k, &lo, &hi);
+					s0[g] = dp(s0[g], lo, xl);
+					s1[g] = dp(s1[g], hi, xh);
 				}
 			}
 		} else {
@@ -266,6 +291,14 @@ static inline __m256i dp(__m256i acc, __m256i u, __m256i a) {
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)));
 }
 
+/* fifth256 is fifth512 for one half (32 bytes) of a chunk. */
+static inline __attribute__((always_inline)) void fifth256(const uint8_t *hb, int k, __m256i *lo, __m256i *hi) {
+	const __m256i m = _mm256_set1_epi8(16);
+	__m256i h = _mm256_loadu_si256((const __m256i *)hb);
+	*lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(h, 4 - k), m));
+	*hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi16(h, k), m));
+}
+
 /* dp8: Q8_0's codes (+128 in u) made signed, |w| × (a with w's sign). */
 static inline __m256i dp8(__m256i acc, __m256i u, __m256i a) {
 	__m256i w = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
@@ -283,12 +316,13 @@ static inline __attribute__((always_inline)) void tile(uint32_t type, const uint
 		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ds + 32 * i)));
 		if (pf) prefetch(type, codes, ds, i);
 		__m256i s0[NV];
-		for (int v = 0; v < nv; v++) s0[v] = _mm256_set1_epi32(type == 2 ? -8 * qx[v * nb + i].s : 0);
-		if (type == 2) {
-			const uint8_t *c = codes + 256 * i;
+		for (int v = 0; v < nv; v++) s0[v] = _mm256_set1_epi32(type != 8 ? -nib_off(type) * qx[v * nb + i].s : 0);
+		if (type != 8) {
+			const uint8_t *c = codes + code_bytes(type) * i;
 			for (int k = 0; k < 4; k++) {
 				__m256i raw = _mm256_loadu_si256((const __m256i *)(c + 64 * k));
 				__m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+				if (type == 6) fifth256(c + 256, k, &lo, &hi);
 				for (int v = 0; v < nv; v++) {
 					const int8_t *q = qx[v * nb + i].q;
 					s0[v] = dp(s0[v], lo, _mm256_set1_epi32(ld32(q + 4 * k)));
@@ -336,16 +370,19 @@ static inline __attribute__((always_inline)) void tile1(uint32_t type, const uin
 		__m256i s[2][2];
 		for (int g = 0; g < G; g++) {
 			prefetch(type, c0 + g * gstride, c0 + g * gstride + nb * cb, i);
-			s[g][0] = s[g][1] = _mm256_set1_epi32(type == 2 ? -8 * qx[i].s : 0);
+			s[g][0] = s[g][1] = _mm256_set1_epi32(type != 8 ? -nib_off(type) * qx[i].s : 0);
 		}
-		if (type == 2) {
+		if (type != 8) {
 			for (int k = 0; k < 4; k++) {
 				__m256i xl = _mm256_set1_epi32(ld32(q + 4 * k)), xh = _mm256_set1_epi32(ld32(q + 16 + 4 * k));
 				for (int g = 0; g < G; g++)
 					for (int h = 0; h < 2; h++) {
-						__m256i raw = _mm256_loadu_si256((const __m256i *)(c0 + g * gstride + 256 * i + 64 * k + 32 * h));
-						s[g][h] = dp(s[g][h], _mm256_and_si256(raw, m4), xl);
-						s[g][h] = dp(s[g][h], _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), xh);
+						const uint8_t *c = c0 + g * gstride + cb * i + 32 * h;
+						__m256i raw = _mm256_loadu_si256((const __m256i *)(c + 64 * k));
+						__m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+						if (type == 6) fifth256(c + 256, k, &lo, &hi);
+						s[g][h] = dp(s[g][h], lo, xl);
+						s[g][h] = dp(s[g][h], hi, xh);
 					}
 			}
 		} else {
@@ -417,27 +454,35 @@ static inline __attribute__((always_inline)) void packed_group(uint32_t type, co
 static int matmul_packed(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                          const void *qx, int64_t n, float *out) {
 	int64_t nb = cols / 32, g = row0 / PR;
+	const uint8_t *w = wp;
+	const struct act32 *a = qx;
 #ifdef HAVE_TILE1
 	if (n == 1) {
 		/* whole groups: all but a last partial one */
 		int64_t whole = (row1 == rows ? rows / PR : row1 / PR);
-		if (type == 2)
-			g = groups1(2, (const uint8_t *)wp, nb, g, whole, (const struct act32 *)qx, out);
-		else
-			g = groups1(8, (const uint8_t *)wp, nb, g, whole, (const struct act32 *)qx, out);
+		switch (type) {
+		case 2: g = groups1(2, w, nb, g, whole, a, out); break;
+		case 6: g = groups1(6, w, nb, g, whole, a, out); break;
+		default: g = groups1(8, w, nb, g, whole, a, out);
+		}
 	}
 #endif
 	for (; g * PR < row1; g++) {
-		if (type == 2)
-			packed_group(2, (const uint8_t *)wp, rows, nb, g, (const struct act32 *)qx, n, out);
-		else
-			packed_group(8, (const uint8_t *)wp, rows, nb, g, (const struct act32 *)qx, n, out);
+		switch (type) {
+		case 2: packed_group(2, w, rows, nb, g, a, n, out); break;
+		case 6: packed_group(6, w, rows, nb, g, a, n, out); break;
+		default: packed_group(8, w, rows, nb, g, a, n, out);
+		}
 	}
 	return KVS_OK;
 }
 
+int KVS_FN(kvs_matmul_packed_k)(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0,
+                                int64_t row1, const void *qx, int64_t n, float *out);
+
 int KVS_FN(kvs_matmul_packed)(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                               const void *qx, int64_t n, float *out) {
 	(void)packed_ref;
+	if (type >= 12 && type <= 14) return KVS_FN(kvs_matmul_packed_k)(type, wp, rows, cols, row0, row1, qx, n, out);
 	return matmul_packed(type, wp, rows, cols, row0, row1, qx, n, out);
 }

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /* KVS_ABI_VERSION changes whenever any declaration below changes meaning. */
-#define KVS_ABI_VERSION 6
+#define KVS_ABI_VERSION 7
 
 /* kvs_status: what a function returns. */
 enum kvs_status {
@@ -131,17 +131,28 @@ KVS_API const char *kvs_path_name(int path);
  * sum of the block's weight codes (Q4_0's offset to signed, q-8) times its
  * activation codes, then acc += float(isum) * (dw*dx): one float sum, which
  * is the result. (kvs_matmul_packed's layout, below, computes 16 rows of it at once.)
+ * Q5_0 likewise, its codes offset by 16.
+ *
+ * Q4_K, Q5_K and Q6_K: per (row, vector), in block order, isum = the exact
+ * integer sum over the block's sub-blocks of the sub-block scale times the
+ * sum of its weight codes (unsigned: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63
+ * less 32) times their activation codes; Q4_K and Q5_K also msum = the
+ * exact sum over sub-blocks of the sub-block min times the activation codes'
+ * sum. Then acc = acc + float(isum) * (d*dx), and (Q4_K, Q5_K)
+ * acc = acc - float(msum) * (dmin*dx): one float sum, the result. (These
+ * types are computed on their packed form: kvs_matmul packs each 16-row
+ * group into scratch.)
  *
  * The other quantized types: per (row, vector), in block order, the weight
- * codes (Q5_0 offset to signed, IQ4_NL's mapped to its levels,
- * Q3_K's and Q6_K's kept unsigned: q+4, q+32)
+ * codes (IQ4_NL's mapped to its levels,
+ * Q3_K's kept unsigned: q+4)
  * times the activation codes (times the sub-block scales, for K-quants) are
  * summed exactly as eight int32 lanes, lane m holding elements 4m..4m+3 of
  * every 32; the lanes are converted to float, multiplied by dw*dx and added
  * to eight float sums. Q4_1 and Q5_1 add (mw*dx)*s (s: the block's code
- * sum) and Q2_K, Q4_K and Q5_K subtract (dmin*dx)*(mins times sums of 16
- * codes) in a ninth float sum (Q3_K's and Q6_K's offsets too: (d*dx)*(-4 or
- * -32 * scales times sums of 16)). The result is the eight sums added as (l, l+4), (l, l+2), (l, l+1),
+ * sum) and Q2_K subtracts (dmin*dx)*(mins times sums of 16
+ * codes) in a ninth float sum (Q3_K's offset too: (d*dx)*(-4
+ * * scales times sums of 16)). The result is the eight sums added as (l, l+4), (l, l+2), (l, l+1),
  * plus the ninth.
  *
  * Float types (F32, F16, BF16) multiply the float activations directly,
@@ -177,21 +188,43 @@ KVS_API int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols,
                const float *x, const void *qx, int64_t n, float *out);
 
 /*
- * The packed layout of Q4_0 and Q8_0 weights: groups of KVS_PACK_ROWS rows
+ * The packed layout of Q4_0, Q5_0 and Q8_0 weights: groups of KVS_PACK_ROWS rows
  * (the last padded with zero rows), group g at g*nb*(cb+32) bytes, nb =
- * cols/32 blocks, cb = 256 code bytes a block for Q4_0 and 512 for Q8_0.
+ * cols/32 blocks, cb = 256 code bytes a block for Q4_0, 320 for Q5_0 and
+ * 512 for Q8_0.
  * A group holds nb blocks of cb code bytes, then nb blocks of 16 f16 scales
  * (row r's d at byte 2r of its 32). Block i's code bytes are chunks of 64
  * (4 for Q4_0, 8 for Q8_0): byte 4r+j of chunk k is row r's qs[4k+j] (Q4_0:
  * elements 4k+j in the low nibble and 16+4k+j in the high one) or qs[4k+j]
  * + 128 (Q8_0, as unsigned). So one vector register of 16 int32 lanes takes
- * four codes of each row, lane r for row r.
+ * four codes of each row, lane r for row r. Q5_0's fifth bits follow its
+ * four chunks: byte 4r+j of those 64 has, in bit k, the fifth bit of
+ * element 4k+j of row r, and in bit 4+k that of element 16+4k+j.
+ *
+ * Q4_K, Q5_K and Q6_K: groups of 16 rows likewise, group g at
+ * g*nb*B bytes, nb = cols/256 blocks of B = 2368 (Q4_K), 2880 (Q5_K) or
+ * 3392 (Q6_K) bytes, one after another. In a block: 32 chunks of 64 bytes,
+ * byte 4r+j of chunk k holding the low four bits of row r's codes of
+ * elements 4k+j (low nibble) and 128+4k+j (high nibble); Q5_K's fifth bits,
+ * 8 lines of 64 bytes, line k/4 byte 4r+j bit (k%4 + 4n) for chunk k's
+ * nibble n; Q6_K's top two bits, 16 lines of 64, line k/2 byte 4r+j bits
+ * 2(2(k%2)+n) and up; then the sub-block scales, 16 bytes each (row r's at
+ * byte r; 8 sub-blocks of 32 elements, Q6_K 16 of 16, int8), Q4_K/Q5_K's
+ * mins (sub-blocks 2p and 2p+1 at bytes 32p+2r and 32p+2r+1), the 16 rows'
+ * f16 d, Q4_K/Q5_K's 16 f16 dmin, and Q6_K 32 bytes of padding.
  */
 #define KVS_PACK_ROWS 16
 
+/* kvs_pack writes groups [g0, g1) of the packed form of a rows×cols weight
+ * matrix of type into packed (which holds the whole packed matrix,
+ * kvs_packed_bytes), reading w: rows 16*g0 up to 16*g1 (or rows) in the
+ * file's layout, row 16*g0 first. KVS_ERR_TYPE for a type without a packed
+ * form. */
+KVS_API int kvs_pack(uint32_t type, int64_t rows, int64_t cols, int64_t g0, int64_t g1, const void *w, void *packed);
+
 /* kvs_packed_bytes returns the bytes of the packed form of rows×cols
- * weights of type, KVS_ERR_TYPE for a type without one (all but Q4_0 and
- * Q8_0), or KVS_ERR_ARG when rows or cols do not fit. */
+ * weights of type, KVS_ERR_TYPE for a type without one (all but Q4_0, Q5_0,
+ * Q8_0, Q4_K, Q5_K and Q6_K), or KVS_ERR_ARG when rows or cols do not fit. */
 KVS_API int64_t kvs_packed_bytes(uint32_t type, int64_t rows, int64_t cols);
 
 /* kvs_matmul_packed is kvs_matmul over packed weights (the caller packs them),

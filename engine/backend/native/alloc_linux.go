@@ -1,8 +1,12 @@
 package native
 
 import (
+	"bufio"
+	"bytes"
+	"os"
 	"runtime"
 	"syscall"
+	"unsafe"
 )
 
 // hugeAlign is the size of a transparent huge page on x86-64 and arm64
@@ -26,4 +30,75 @@ func allocPacked[T any](size int, owner *T) []byte {
 	_ = syscall.Madvise(b, 14) // MADV_HUGEPAGE; a kernel without THP refuses, harmlessly
 	runtime.AddCleanup(owner, func(b []byte) { syscall.Munmap(b) }, b)
 	return b[:size:size]
+}
+
+// releaseMapped gives the system back the resident pages of b when b lies
+// inside one read-only file mapping (a model's mapped GGUF file): the pages
+// wholly inside b are dropped from the process with MADV_DONTNEED (the page
+// cache keeps them; a later read pages them in again from the file). Bytes
+// anywhere else (the Go heap, where MADV_DONTNEED would zero them) are left
+// alone: the mapping is looked up in /proc/self/maps first.
+func releaseMapped(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	end := start + uintptr(len(b))
+	if !inFileMapping(start, end) {
+		return
+	}
+	page := uintptr(os.Getpagesize())
+	lo, hi := (start+page-1)/page*page, end/page*page
+	if hi <= lo {
+		return
+	}
+	_ = syscall.Madvise(b[lo-start:hi-start], syscall.MADV_DONTNEED)
+}
+
+// inFileMapping reports whether [start, end) lies inside one mapping of
+// /proc/self/maps that maps a file and is not writable.
+func inFileMapping(start, end uintptr) bool {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(maps))
+	for sc.Scan() {
+		// address perms offset dev inode path
+		f := bytes.Fields(sc.Bytes())
+		if len(f) < 6 {
+			continue
+		}
+		lo, hi, ok := parseRange(f[0])
+		if !ok || start < lo || end > hi {
+			continue
+		}
+		return len(f[1]) >= 2 && f[1][1] != 'w' && string(f[4]) != "0" && f[5][0] == '/'
+	}
+	return false
+}
+
+// parseRange parses /proc/self/maps's "lo-hi" (hex).
+func parseRange(s []byte) (lo, hi uintptr, ok bool) {
+	i := bytes.IndexByte(s, '-')
+	if i < 0 {
+		return 0, 0, false
+	}
+	var v [2]uintptr
+	for k, part := range [][]byte{s[:i], s[i+1:]} {
+		if len(part) == 0 {
+			return 0, 0, false
+		}
+		for _, c := range part {
+			switch {
+			case c >= '0' && c <= '9':
+				v[k] = v[k]<<4 | uintptr(c-'0')
+			case c >= 'a' && c <= 'f':
+				v[k] = v[k]<<4 | uintptr(c-'a'+10)
+			default:
+				return 0, 0, false
+			}
+		}
+	}
+	return v[0], v[1], true
 }

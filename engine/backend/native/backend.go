@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"kvscope/engine/backend"
 	"kvscope/engine/kvstore"
@@ -28,12 +29,21 @@ type Backend struct {
 	fallbacks map[string]bool // what fell back to Go, once each
 	goTypes   map[quant.Type]bool
 	goWrites  map[kvstore.Precision]bool
+	packed    map[packKey]*Packed // by the bytes packed, so a tied matrix is packed once
+	arena     Arena               // the packed weights' memory
+}
+
+// packKey names a packed matrix by its first byte's address and its shape.
+type packKey struct {
+	addr       uintptr
+	typ        quant.Type
+	rows, cols int
 }
 
 // NewBackend returns the backend computing with lib.
 func NewBackend(lib *Lib) *Backend {
 	return &Backend{Backend: backend.Go(), lib: lib, fallbacks: map[string]bool{},
-		goTypes: map[quant.Type]bool{}, goWrites: map[kvstore.Precision]bool{}}
+		goTypes: map[quant.Type]bool{}, goWrites: map[kvstore.Precision]bool{}, packed: map[packKey]*Packed{}}
 }
 
 // Weight copies the matrix's bytes (and bias) into memory of its own before
@@ -41,12 +51,35 @@ func NewBackend(lib *Lib) *Backend {
 // file lost on disk (truncated or rewritten while in use) faults, and a
 // fault inside C code kills the process, where Go code can recover it
 // (debug.SetPanicOnFault). With a copy, a change on disk cannot reach the
-// computation at all. Q4_0 and Q8_0 weights are not copied as they are: C
-// reads only their packed form (Lib.Pack, in Go, on the first product),
-// and the file's bytes serve Go's Embed.
+// computation at all. Weights of a type the library packs (Q4_0, Q5_0,
+// Q8_0, Q4_K, Q5_K, Q6_K) are not copied as they are: they are packed here,
+// at load (Lib.Pack, its reads of the file in Go, split among GOMAXPROCS
+// goroutines; a fault is the error returned), C reads only the packed
+// form, and the mapped pages of the file's bytes are given back to the
+// system (releaseMapped), so that the process holds one copy of the
+// weights. The file's bytes still serve Go's Embed, paged in again as rows
+// are read. Data that is the same bytes as an earlier weight's (a tied
+// embedding and output) shares its packed copy.
 func (b *Backend) Weight(t quant.Type, rows, cols int, data []byte, bias []float32) (backend.Weight, error) {
 	own := data
-	if !b.lib.Packable(t) {
+	var p *Packed
+	var key packKey
+	if b.lib.Packable(t) && len(data) > 0 {
+		key = packKey{uintptr(unsafe.Pointer(unsafe.SliceData(data))), t, rows, cols}
+		b.mu.Lock()
+		p = b.packed[key]
+		b.mu.Unlock()
+		if p == nil {
+			var err error
+			if p, err = b.lib.PackIn(&b.arena, t, data, rows, cols); err != nil {
+				return nil, err
+			}
+			releaseMapped(data)
+			b.mu.Lock()
+			b.packed[key] = p
+			b.mu.Unlock()
+		}
+	} else {
 		own = make([]byte, len(data))
 		copy(own, data)
 	}
@@ -58,7 +91,9 @@ func (b *Backend) Weight(t quant.Type, rows, cols int, data []byte, bias []float
 	if err != nil {
 		return nil, err
 	}
-	return &weight{Weight: w}, nil
+	nw := &weight{Weight: w, b: b, key: key}
+	nw.packed.Store(p)
+	return nw, nil
 }
 
 // Name is "cpu".
@@ -109,17 +144,22 @@ func (b *Backend) Read(dst []float32, src backend.Buffer, off int) error {
 func (b *Backend) Sync() error { return b.takeErr() }
 
 // weight is the backend's Weight: the Go backend's (the file's bytes in
-// place, for Embed and the Go fallback) and, made on its first product for
-// a type the library packs, the packed copy MatMul multiplies.
+// place, for Embed and the Go fallback) and, for a type the library packs,
+// the packed copy MatMul multiplies.
 type weight struct {
 	backend.Weight
-	once   sync.Once
 	packed atomic.Pointer[Packed]
+	b      *Backend
+	key    packKey // in b.packed, while packed is not nil
 }
 
 // Free drops the packed copy and the Go handle.
 func (w *weight) Free() {
-	w.packed.Store(nil)
+	if w.packed.Swap(nil) != nil {
+		w.b.mu.Lock()
+		delete(w.b.packed, w.key)
+		w.b.mu.Unlock()
+	}
 	w.Weight.Free()
 }
 
@@ -136,8 +176,9 @@ func (b *Backend) Embed(out backend.Buffer, w backend.Weight, tokens []int32) {
 	b.Backend.Embed(out, goWeight(w), tokens)
 }
 
-// MatMul multiplies in C (Q4_0 and Q8_0 on a packed copy of the weights,
-// made on the first product), or in Go for a weight type the library lacks.
+// MatMul multiplies in C (on the packed copy of the weights made at load,
+// for the types the library packs), or in Go for a weight type the library
+// lacks.
 func (b *Backend) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer, n int) {
 	gw := goWeight(w)
 	t, rows, cols, data, bias := backend.HostWeight(gw)
@@ -148,15 +189,6 @@ func (b *Backend) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer,
 		o := backend.HostFloats(out)[:n*rows]
 		xs := backend.HostFloats(x)[:n*cols]
 		var err error
-		if nw, ok := w.(*weight); ok && b.lib.Packable(t) {
-			nw.once.Do(func() {
-				p, err := b.lib.Pack(t, data, rows, cols)
-				if err != nil {
-					b.fail("pack", err)
-				}
-				nw.packed.Store(p)
-			})
-		}
 		if nw, ok := w.(*weight); ok && nw.packed.Load() != nil {
 			err = b.lib.MatMulPacked(nw.packed.Load(), xs, n, o)
 		} else {

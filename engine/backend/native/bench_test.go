@@ -11,15 +11,17 @@ import (
 
 // BenchmarkMatMul measures GB/s of weights read by the native library's
 // matrix product on each SIMD path this machine runs (named in the
-// sub-benchmark) and by quant.MatMul, for Q4_0 and Q8_0 weights of a 4096×2048 matrix at batch 1,
-// 4 and 8, on GOMAXPROCS threads (-cpu 1 for one core), per second of wall
-// time. Q4_0 and Q8_0 run on the file's layout (native-) and packed
-// (packed-, what the backend multiplies).
+// sub-benchmark) and by quant.MatMul, for weights of each packed type in a
+// 4096×2048 matrix at batch 1, 4 and 8, on GOMAXPROCS threads (-cpu 1 for
+// one core), per second of wall time, counting the file's bytes. They run on
+// the file's layout (native-; Q5_0 and the K-quants pack each group of 16
+// rows into scratch first) and packed (packed-, what the backend
+// multiplies).
 func BenchmarkMatMul(b *testing.B) {
 	l := loadLib(b)
 	r := rand.New(rand.NewPCG(7, 8))
 	const rows, cols = 4096, 2048
-	for _, typ := range []quant.Type{quant.Q4_0, quant.Q8_0} {
+	for _, typ := range packTypes {
 		w, _ := randWeights(b, r, typ, rows, cols)
 		for _, n := range []int{1, 4, 8} {
 			x := randVec(r, n*cols)
@@ -53,6 +55,30 @@ func BenchmarkMatMul(b *testing.B) {
 				run(b, func() error { return quant.MatMul(typ, w, rows, cols, x, out) })
 			})
 		}
+	}
+}
+
+// packTypes are the types the library packs.
+var packTypes = []quant.Type{quant.Q4_0, quant.Q5_0, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+
+// BenchmarkPack measures Lib.Pack in GB/s of the file's bytes, a
+// 4096×4096 matrix of each packed type on GOMAXPROCS goroutines: the work
+// of loading a model, beside the page faults of reading its file.
+func BenchmarkPack(b *testing.B) {
+	l := loadLib(b)
+	r := rand.New(rand.NewPCG(9, 10))
+	const rows, cols = 4096, 4096
+	for _, typ := range packTypes {
+		w, _ := randWeights(b, r, typ, rows, cols)
+		b.Run(typ.String(), func(b *testing.B) {
+			b.SetBytes(int64(len(w)))
+			for b.Loop() {
+				if _, err := l.Pack(typ, w, rows, cols); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(w))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
 	}
 }
 

@@ -26,8 +26,10 @@
 // C did this before and were slower: with both of Go's Ps inside C calls,
 // the runtime handed them to fresh threads that then took turns with the
 // computing ones (native/cpu/pool.c and native/README.md have the figures).
-// Q4_0 and Q8_0 weights are multiplied from a packed copy (Pack,
-// MatMulPacked), packed in Go.
+// Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K weights are multiplied from a
+// packed copy made at load (Pack, MatMulPacked): Go copies the file's rows
+// (so that a fault reading the mapping is an error) and the library packs
+// them; the mapped pages are then given back.
 //
 // Device backends: OpenDevice loads a GPU library of the same ABI
 // (libkvscope_cuda.so from native/cuda, libkvscope_metal.dylib from

@@ -1,10 +1,11 @@
 package native
 
 import (
-	"encoding/binary"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -86,24 +87,78 @@ func (l *Lib) product(typ quant.Type, rows, cols int, x []float32, n int, out []
 	return status("matmul", call(qx))
 }
 
-// Packed is a Q4_0 or Q8_0 weight matrix in the library's packed layout
-// (kvscope.h's kvs_pack: rows interleaved in groups of 16), which
-// MatMulPacked multiplies several times faster than the file's layout, with
-// the same bits as MatMul.
+// Packed is a weight matrix in the library's packed layout (kvscope.h's
+// kvs_pack: rows interleaved in groups of 16), which MatMulPacked
+// multiplies several times faster than the file's layout, with the same
+// bits as MatMul.
 type Packed struct {
 	typ        quant.Type
 	rows, cols int
 	data       []byte // 64-byte aligned
+	mem        any    // what owns data's memory (a *Packed or an arena's chunk)
 }
 
-// Packable reports whether Pack takes weights of type t.
+// Arena hands out memory for packed weights from large huge-page
+// allocations, one after another, so that a model's many matrices do not
+// each round up to whole 2 MiB pages (on TinyLlama that rounding held 250
+// MB more than the weights). A chunk is unmapped once no Packed in it is
+// reachable. Its methods are safe for concurrent use.
+type Arena struct {
+	mu  sync.Mutex
+	cur *arenaChunk
+	off int
+}
+
+// arenaChunk is one allocation of an Arena.
+type arenaChunk struct{ b []byte }
+
+// arenaChunkBytes is an Arena's allocation size (a larger matrix gets a
+// chunk of its own size). Only the pages written are resident, so a
+// chunk's unused end costs at most one huge page.
+const arenaChunkBytes = 64 << 20
+
+// alloc returns size bytes, 64-byte aligned, and the chunk owning them.
+func (a *Arena) alloc(size int) ([]byte, *arenaChunk) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := (size + 63) &^ 63
+	if a.cur == nil || a.off+n > len(a.cur.b) {
+		c := &arenaChunk{}
+		c.b = allocPacked(max(n, arenaChunkBytes), c)
+		a.cur, a.off = c, 0
+	}
+	b := a.cur.b[a.off : a.off+size : a.off+size]
+	a.off += n
+	return b, a.cur
+}
+
+// Packable reports whether Pack takes weights of type t: Q4_0, Q5_0, Q8_0,
+// Q4_K, Q5_K and Q6_K.
 func (l *Lib) Packable(t quant.Type) bool { return l.packedBytes(uint32(t), 16, 256) > 0 }
 
+// scratchPool holds Pack's copies of the file's rows (*[]byte), so that a
+// model's load reuses a few instead of leaving hundreds to the collector.
+var scratchPool sync.Pool
+
+// packScratch is about how many bytes of the file's rows each packing
+// goroutine copies at a time before the library packs them: a few hundred
+// KB, so that the copy is still in L2 when it is packed.
+const packScratch = 256 << 10
+
 // Pack returns the packed form of w (rows×cols weights of type typ, as for
-// MatMul), packed in Go by GOMAXPROCS goroutines: w may be a mapped file,
-// whose faults Go code can recover and C code cannot. A type without a
-// packed form gives an error wrapping ErrUnsupported.
-func (l *Lib) Pack(typ quant.Type, w []byte, rows, cols int) (*Packed, error) {
+// MatMul), split among GOMAXPROCS goroutines. w may be a mapped file: each
+// goroutine copies a run of rows in Go, where a fault reading the mapping
+// (the file truncated or rewritten on disk) is recoverable, then the
+// library packs the copy. Such a fault is returned as an error naming the
+// address. A type without a packed form gives an error wrapping
+// ErrUnsupported.
+func (l *Lib) Pack(typ quant.Type, w []byte, rows, cols int) (p *Packed, err error) {
+	return l.PackIn(nil, typ, w, rows, cols)
+}
+
+// PackIn is Pack with the packed copy's memory taken from a (nil: memory
+// of its own).
+func (l *Lib) PackIn(a *Arena, typ quant.Type, w []byte, rows, cols int) (p *Packed, err error) {
 	if !l.Packable(typ) {
 		return nil, fmt.Errorf("native: packing %s weights: %w", typ, ErrUnsupported)
 	}
@@ -115,16 +170,53 @@ func (l *Lib) Pack(typ quant.Type, w []byte, rows, cols int) (*Packed, error) {
 	if int64(len(w)) != int64(rows)*rb {
 		return nil, fmt.Errorf("native: pack: %d rows of %d %s elements take %d bytes, weights have %d", rows, cols, typ, int64(rows)*rb, len(w))
 	}
-	p := &Packed{typ: typ, rows: rows, cols: cols}
-	p.data = allocPacked(int(size), p)
+	p = &Packed{typ: typ, rows: rows, cols: cols}
+	if a != nil {
+		p.data, p.mem = a.alloc(int(size))
+	} else {
+		p.data, p.mem = allocPacked(int(size), p), nil
+	}
 	groups := (rows + packRows - 1) / packRows
 	nw := min(runtime.GOMAXPROCS(0), groups)
 	if size < 1<<20 {
 		nw = 1
 	}
-	// A fault reading a mapped file's changed pages panics in Go, and
-	// par.Run hands it to the caller, which may recover it.
-	par.Run(nw, func(k int) { packGroups(p, w, groups*k/nw, groups*(k+1)/nw) })
+	per := max(1, packScratch/(packRows*int(rb))) // groups a copy
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			fe, ok := r.(interface{ Addr() uintptr })
+			if !ok {
+				panic(r)
+			}
+			p, err = nil, fmt.Errorf("native: pack: reading the %s weights faulted at %#x (was the model file truncated or rewritten on disk?)", typ, fe.Addr())
+		}
+	}()
+	var failed atomic.Int32
+	par.Run(nw, func(k int) {
+		g0, g1 := groups*k/nw, groups*(k+1)/nw
+		sp, _ := scratchPool.Get().(*[]byte)
+		if sp == nil {
+			sp = new([]byte)
+		}
+		defer scratchPool.Put(sp)
+		if need := min(per, max(g1-g0, 1)) * packRows * int(rb); cap(*sp) < need {
+			*sp = make([]byte, need)
+		}
+		scratch := (*sp)[:cap(*sp)]
+		for g := g0; g < g1; g += per {
+			ge := min(g+per, g1)
+			src := w[g*packRows*int(rb) : min(ge*packRows, rows)*int(rb)]
+			n := copy(scratch, src)
+			if rc := l.pack(uint32(typ), int64(rows), int64(cols), int64(g), int64(ge), ptr(scratch[:n]), ptr(p.data)); rc != 0 {
+				failed.Store(rc)
+			}
+		}
+	})
+	runtime.KeepAlive(p)
+	if rc := failed.Load(); rc != 0 {
+		return nil, status("pack", rc)
+	}
 	return p, nil
 }
 
@@ -137,54 +229,6 @@ func heapAligned(size int) []byte {
 
 // packRows is kvscope.h's KVS_PACK_ROWS.
 const packRows = 16
-
-// packGroups writes groups [g0, g1) of p's packed layout (kvscope.h) from
-// w, rows of Q4_0 or Q8_0 blocks: per block of a group, 64-byte chunks
-// whose bytes 4r..4r+3 are four codes of row r (Q8_0's plus 128), then the
-// rows' 16 f16 scales after all blocks' codes.
-func packGroups(p *Packed, w []byte, g0, g1 int) {
-	nb := p.cols / 32
-	tsz, chunks := 18, 4
-	if p.typ == quant.Q8_0 {
-		tsz, chunks = 34, 8
-	}
-	cb := 64 * chunks
-	for g := g0; g < g1; g++ {
-		codes := p.data[g*nb*(cb+32) : (g+1)*nb*(cb+32)]
-		ds := codes[nb*cb:]
-		for r := range packRows {
-			row := g*packRows + r
-			if row >= p.rows {
-				for i := range nb {
-					ds[32*i+2*r], ds[32*i+2*r+1] = 0, 0
-					for k := range chunks {
-						v := uint32(0)
-						if p.typ == quant.Q8_0 {
-							v = 0x80808080
-						}
-						binary.LittleEndian.PutUint32(codes[i*cb+64*k+4*r:], v)
-					}
-				}
-				continue
-			}
-			src := w[row*nb*tsz : (row+1)*nb*tsz]
-			for i := range nb {
-				b := src[i*tsz : (i+1)*tsz]
-				ds[32*i+2*r], ds[32*i+2*r+1] = b[0], b[1]
-				c := codes[i*cb : (i+1)*cb]
-				if p.typ == quant.Q8_0 {
-					for k := range 8 {
-						binary.LittleEndian.PutUint32(c[64*k+4*r:], binary.LittleEndian.Uint32(b[2+4*k:])^0x80808080)
-					}
-				} else {
-					for k := range 4 {
-						copy(c[64*k+4*r:64*k+4*r+4], b[2+4*k:2+4*k+4])
-					}
-				}
-			}
-		}
-	}
-}
 
 // Shape returns the packed matrix's type, rows and columns.
 func (p *Packed) Shape() (typ quant.Type, rows, cols int) { return p.typ, p.rows, p.cols }
@@ -332,4 +376,17 @@ func (p *ReadProbe) Measure() (float64, error) {
 		best = max(best, float64(8*len(p.w))/time.Since(t0).Seconds())
 	}
 	return best, nil
+}
+
+// WeightBytes returns the bytes of host memory the CPU backend holds for a
+// rows×cols weight matrix of type typ whose file bytes are fileBytes: its
+// packed copy for a type the library packs (the mapped file's pages are
+// given back), else its copy of the file's bytes.
+func (l *Lib) WeightBytes(typ quant.Type, rows, cols int, fileBytes int64) int64 {
+	if l.Packable(typ) {
+		if n := l.packedBytes(uint32(typ), int64(rows), int64(cols)); n > 0 {
+			return n
+		}
+	}
+	return fileBytes
 }

@@ -1,0 +1,89 @@
+package native
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"kvscope/engine/quant"
+)
+
+// TestPackedRandomShapes multiplies every packed type's weights in random
+// shapes (rows rarely a multiple of 16, one to nine blocks a row, one to
+// twelve vectors) on every SIMD path: on the scalar path within
+// TestMatMulParity's bound of the exact product of quant.Dequantize's
+// weights, and on every path with the scalar path's bits, packed or not.
+func TestPackedRandomShapes(t *testing.T) {
+	l := loadLib(t)
+	type shape struct {
+		typ           quant.Type
+		rows, cols, n int
+		seed          uint64
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	var shapes []shape
+	for _, typ := range packTypes {
+		for range 6 {
+			bs := max(32, typ.BlockSize())
+			blocks := 1 + r.IntN(9)
+			if bs == 32 {
+				blocks = 1 + r.IntN(40)
+			}
+			shapes = append(shapes, shape{typ, 1 + r.IntN(70), blocks * bs, 1 + r.IntN(12), r.Uint64()})
+		}
+	}
+	scalar := map[string][]float32{}
+	eachPath(t, l, func(t *testing.T) {
+		for _, s := range shapes {
+			name := fmt.Sprintf("%s/%dx%d/n%d", s.typ, s.rows, s.cols, s.n)
+			rs := rand.New(rand.NewPCG(s.seed, 1))
+			w, wf := randWeights(t, rs, s.typ, s.rows, s.cols)
+			x := randVec(rs, s.n*s.cols)
+			p, err := l.Pack(s.typ, w, s.rows, s.cols)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			got := make([]float32, s.n*s.rows)
+			if err := l.MatMulPacked(p, x, s.n, got); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			file := make([]float32, s.n*s.rows)
+			if err := l.MatMul(s.typ, w, s.rows, s.cols, x, s.n, file); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if i := sameBits(file, got); i >= 0 {
+				t.Errorf("%s: MatMul's output %d is %g, the packed product's %g", name, i, file[i], got[i])
+			}
+			if ref, ok := scalar[name]; !ok {
+				scalar[name] = got
+				checkMatMul(t, name, s.typ, wf, s.rows, s.cols, x, s.n, got)
+			} else if i := sameBits(got, ref); i >= 0 {
+				t.Errorf("%s: output %d is %g, the scalar path gave %g", name, i, got[i], ref[i])
+			}
+		}
+	})
+}
+
+// TestPackErrors checks Pack's refusals: a type without a packed form,
+// and weights of the wrong length.
+func TestPackErrors(t *testing.T) {
+	l := loadLib(t)
+	cases := []struct {
+		name string
+		typ  quant.Type
+		w    []byte
+		rows int
+		cols int
+		want string
+	}{
+		{"unpacked type", quant.Q4_1, make([]byte, 20), 1, 32, "not implemented"},
+		{"short weights", quant.Q4_K, make([]byte, 143), 1, 256, "weights have 143"},
+		{"partial block", quant.Q6_K, make([]byte, 210), 1, 200, "do not make"},
+	}
+	for _, c := range cases {
+		if p, err := l.Pack(c.typ, c.w, c.rows, c.cols); p != nil || err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, %v; want an error containing %q", c.name, p, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,363 @@
+/* packed_k.c: products of Q4_K, Q5_K and Q6_K weights in the packed layout
+ * (kvscope.h, packed_layout.h), compiled once per path.
+ *
+ * As in packed.c, a group of 16 rows is one register of int32 lanes, lane r
+ * for row r, and each 64-byte chunk of codes gives four codes of each row
+ * in its low nibbles and four in its high ones (chunk k: elements 4k..4k+3
+ * and 128+4k..128+4k+3 of the block). A run of chunks covers one sub-block
+ * in its low nibbles and another in its high ones; each run's exact integer
+ * sums are multiplied by the rows' sub-block scales (one vpmulld a run) and
+ * added into the block's integer sum, and Q4_K/Q5_K's mins times the
+ * activations' sums of each sub-block (vpmaddwd) make a second one. Per
+ * (row, vector) the arithmetic is kvscope.h's, in integers but for two
+ * float steps a block, so every path gives the scalar path's bits. */
+#include "packed_layout.h"
+#include "simd.h"
+
+enum { PR = KVS_PACK_ROWS };
+
+/* PFK is how far ahead (bytes) the kernels prefetch weights into L2, as
+ * packed.c's PF. */
+#define PFK 49152
+
+static inline int32_t ld32k(const void *p) {
+	int32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* kcode returns row r's code of element e (unsigned: Q4_K 0..15, Q5_K
+ * 0..31, Q6_K 0..63) from packed block b. */
+static inline int32_t kcode(uint32_t t, const uint8_t *b, int r, int e) {
+	int n = e / 128, k = (e % 128) / 4, j = e % 4;
+	int32_t q = (b[PKK_CODES + 64 * k + 4 * r + j] >> (4 * n)) & 15;
+	if (t == 13) q |= ((b[PKK_HIGH + 64 * (k / 4) + 4 * r + j] >> (k % 4 + 4 * n)) & 1) << 4;
+	if (t == 14) q |= ((b[PKK_HIGH + 64 * (k / 2) + 4 * r + j] >> (2 * (2 * (k % 2) + n))) & 3) << 4;
+	return q;
+}
+
+/* kref is the scalar definition (the scalar and NEON paths run it). */
+static void kref(uint32_t t, const uint8_t *gp, int64_t rows, int64_t nb, int64_t g, const struct act256 *qx,
+                 int64_t n, float *out) {
+	const int ns = (int)pkk_sub_blocks(t), ss = 256 / ns;
+	const int64_t bb = pkk_block_bytes(t);
+	for (int64_t v = 0; v < n; v++)
+		for (int r = 0; r < PR && g * PR + r < rows; r++) {
+			float acc = 0;
+			for (int64_t i = 0; i < nb; i++) {
+				const uint8_t *b = gp + i * bb;
+				const struct act256 *a = qx + v * nb + i;
+				int32_t isum = 0, msum = 0;
+				for (int s = 0; s < ns; s++) {
+					int32_t sum = 0;
+					for (int e = s * ss; e < (s + 1) * ss; e++) sum += kcode(t, b, r, e) * a->q[e];
+					if (t == 14) {
+						sum -= 32 * a->bsums[s];
+						isum += sum * (int8_t)b[pkk_scales(t) + 16 * s + r];
+					} else {
+						isum += sum * b[pkk_scales(t) + 16 * s + r];
+						msum += b[pkk_mins(t) + 32 * (s / 2) + 2 * r + s % 2] * (a->bsums[2 * s] + a->bsums[2 * s + 1]);
+					}
+				}
+				acc = acc + (float)isum * (kvs_h2f(kvs_le16(b + pkk_d(t) + 2 * r)) * a->d);
+				if (t != 14) acc = acc - (float)msum * (kvs_h2f(kvs_le16(b + pkk_dmin(t) + 2 * r)) * a->d);
+			}
+			out[v * rows + g * PR + r] = acc;
+		}
+}
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+/* kprefetch asks for a block's lines PFK bytes ahead. */
+static inline __attribute__((always_inline)) void kprefetch(uint32_t t, const uint8_t *b) {
+	for (int64_t l = 0; l < pkk_block_bytes(t); l += 64) _mm_prefetch((const char *)b + PFK + l, _MM_HINT_T1);
+}
+
+/* bpair returns the activations' sums of sub-blocks 2p and 2p+1 (32
+ * codes each) as the low and high int16 of an int32, for vpmaddwd. */
+static inline int32_t bpair(const struct act256 *a, int p) {
+	int32_t lo = a->bsums[4 * p] + a->bsums[4 * p + 1], hi = a->bsums[4 * p + 2] + a->bsums[4 * p + 3];
+	return (int32_t)(((uint32_t)(uint16_t)lo) | ((uint32_t)(uint16_t)hi << 16));
+}
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+
+static inline __m512i kdp(__m512i acc, __m512i u, __m512i a) {
+#if defined(__AVX512VNNI__)
+	return _mm512_dpbusd_epi32(acc, u, a);
+#else
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, a), _mm512_set1_epi16(1)));
+#endif
+}
+
+/* kblock adds block b's products with vectors a[0], a[nb], ... (nv of them)
+ * to acc. */
+static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8_t *b, const struct act256 *a,
+                                                        int64_t nb, __m512 *acc, const int nv) {
+	const __m512i m4 = _mm512_set1_epi8(15);
+	const int runs = t == 14 ? 8 : 4, len = 32 / runs;
+	__m512i isum[4];
+	for (int v = 0; v < nv; v++) isum[v] = _mm512_setzero_si512();
+	for (int u = 0; u < runs; u++) {
+		__m512i tl[4], th[4];
+		for (int v = 0; v < nv; v++) {
+			if (t == 14) {
+				tl[v] = _mm512_set1_epi32(-32 * a[v * nb].bsums[u]);
+				th[v] = _mm512_set1_epi32(-32 * a[v * nb].bsums[u + 8]);
+			} else {
+				tl[v] = th[v] = _mm512_setzero_si512();
+			}
+		}
+		for (int c = 0; c < len; c++) {
+			const int k = u * len + c;
+			__m512i raw = _mm512_loadu_si512(b + PKK_CODES + 64 * k);
+			__m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+			if (t == 13) {
+				__m512i hb = _mm512_loadu_si512(b + PKK_HIGH + 64 * (k / 4)), m = _mm512_set1_epi8(16);
+				const int s = k % 4;
+				lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4 - s), m));
+				hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi16(hb, s), m));
+			} else if (t == 14) {
+				__m512i hb = _mm512_loadu_si512(b + PKK_HIGH + 64 * (k / 2)), m = _mm512_set1_epi8(0x30);
+				if (k % 2 == 0) {
+					lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4), m));
+					hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(hb, 2), m));
+				} else {
+					lo = _mm512_or_si512(lo, _mm512_and_si512(hb, m));
+					hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi16(hb, 2), m));
+				}
+			}
+			for (int v = 0; v < nv; v++) {
+				const int8_t *q = a[v * nb].q;
+				tl[v] = kdp(tl[v], lo, _mm512_set1_epi32(ld32k(q + 4 * k)));
+				th[v] = kdp(th[v], hi, _mm512_set1_epi32(ld32k(q + 128 + 4 * k)));
+			}
+		}
+		const uint8_t *sc = b + pkk_scales(t);
+		__m128i sl = _mm_loadu_si128((const __m128i *)(sc + 16 * u)),
+		        sh = _mm_loadu_si128((const __m128i *)(sc + 16 * (u + runs)));
+		__m512i scl = t == 14 ? _mm512_cvtepi8_epi32(sl) : _mm512_cvtepu8_epi32(sl);
+		__m512i sch = t == 14 ? _mm512_cvtepi8_epi32(sh) : _mm512_cvtepu8_epi32(sh);
+		for (int v = 0; v < nv; v++)
+			isum[v] = _mm512_add_epi32(isum[v], _mm512_add_epi32(_mm512_mullo_epi32(tl[v], scl), _mm512_mullo_epi32(th[v], sch)));
+	}
+	__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + pkk_d(t))));
+	if (t == 14) {
+		for (int v = 0; v < nv; v++)
+			acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(_mm512_cvtepi32_ps(isum[v]), _mm512_mul_ps(d, _mm512_set1_ps(a[v * nb].d))));
+		return;
+	}
+	__m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + pkk_dmin(t))));
+	__m512i mn[4];
+	for (int p = 0; p < 4; p++) mn[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(b + pkk_mins(t) + 32 * p)));
+	for (int v = 0; v < nv; v++) {
+		__m512i ms = _mm512_setzero_si512();
+		for (int p = 0; p < 4; p++) ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[p], _mm512_set1_epi32(bpair(&a[v * nb], p))));
+		__m512 dx = _mm512_set1_ps(a[v * nb].d);
+		acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(_mm512_cvtepi32_ps(isum[v]), _mm512_mul_ps(d, dx)));
+		acc[v] = _mm512_sub_ps(acc[v], _mm512_mul_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dm, dx)));
+	}
+}
+
+/* ktile computes one group for vectors [0, nv) (nv <= 8), four at a time
+ * within each block, so that each block's codes are read from memory once. */
+static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_t *gp, int64_t nb,
+                                                       const struct act256 *qx, float *out, int64_t rows,
+                                                       __mmask16 valid, int pf, const int nv) {
+	__m512 acc[8];
+	for (int v = 0; v < nv; v++) acc[v] = _mm512_setzero_ps();
+	const int64_t bb = pkk_block_bytes(t);
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *b = gp + i * bb;
+		if (pf) kprefetch(t, b);
+		if (nv <= 4) {
+			kblock(t, b, qx + i, nb, acc, nv);
+		} else {
+			kblock(t, b, qx + i, nb, acc, 4);
+			kblock(t, b, qx + 4 * nb + i, nb, acc + 4, nv - 4);
+		}
+	}
+	for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(out + v * rows, valid, acc[v]);
+}
+
+static inline __attribute__((always_inline)) void kgroup(uint32_t t, const uint8_t *wp, int64_t rows, int64_t nb,
+                                                        int64_t g, const struct act256 *qx, int64_t n, float *out) {
+	const uint8_t *gp = wp + g * nb * pkk_block_bytes(t);
+	int64_t left = rows - g * PR;
+	__mmask16 valid = left >= PR ? 0xffff : (__mmask16)((1u << left) - 1);
+	for (int64_t v0 = 0; v0 < n; v0 += 8) {
+		const struct act256 *a = qx + v0 * nb;
+		float *o = out + g * PR + v0 * rows;
+#define T(NVC) ktile(t, gp, nb, a, o, rows, valid, v0 == 0, NVC)
+		switch (n - v0 < 8 ? n - v0 : 8) {
+		case 1: T(1); break;
+		case 2: T(2); break;
+		case 3: T(3); break;
+		case 4: T(4); break;
+		case 5: T(5); break;
+		case 6: T(6); break;
+		case 7: T(7); break;
+		default: T(8);
+		}
+#undef T
+	}
+}
+
+#elif defined(__AVX2__)
+
+/* The AVX2 path: each group as two halves of eight rows (the first and
+ * last 32 bytes of every 64-byte chunk and high-bit line, bytes 0-7 and 8-15
+ * of each scale line). */
+static inline __m256i kdp(__m256i acc, __m256i u, __m256i a) {
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)));
+}
+
+static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8_t *b, const struct act256 *a,
+                                                        int64_t nb, __m256 *acc, int h, const int nv) {
+	const __m256i m4 = _mm256_set1_epi8(15);
+	const int runs = t == 14 ? 8 : 4, len = 32 / runs;
+	__m256i isum[2];
+	for (int v = 0; v < nv; v++) isum[v] = _mm256_setzero_si256();
+	for (int u = 0; u < runs; u++) {
+		__m256i tl[2], th[2];
+		for (int v = 0; v < nv; v++) {
+			if (t == 14) {
+				tl[v] = _mm256_set1_epi32(-32 * a[v * nb].bsums[u]);
+				th[v] = _mm256_set1_epi32(-32 * a[v * nb].bsums[u + 8]);
+			} else {
+				tl[v] = th[v] = _mm256_setzero_si256();
+			}
+		}
+		for (int c = 0; c < len; c++) {
+			const int k = u * len + c;
+			__m256i raw = _mm256_loadu_si256((const __m256i *)(b + PKK_CODES + 64 * k + 32 * h));
+			__m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+			if (t == 13) {
+				__m256i hb = _mm256_loadu_si256((const __m256i *)(b + PKK_HIGH + 64 * (k / 4) + 32 * h)), m = _mm256_set1_epi8(16);
+				const int s = k % 4;
+				lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4 - s), m));
+				hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, s), m));
+			} else if (t == 14) {
+				__m256i hb = _mm256_loadu_si256((const __m256i *)(b + PKK_HIGH + 64 * (k / 2) + 32 * h)), m = _mm256_set1_epi8(0x30);
+				if (k % 2 == 0) {
+					lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), m));
+					hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 2), m));
+				} else {
+					lo = _mm256_or_si256(lo, _mm256_and_si256(hb, m));
+					hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, 2), m));
+				}
+			}
+			for (int v = 0; v < nv; v++) {
+				const int8_t *q = a[v * nb].q;
+				tl[v] = kdp(tl[v], lo, _mm256_set1_epi32(ld32k(q + 4 * k)));
+				th[v] = kdp(th[v], hi, _mm256_set1_epi32(ld32k(q + 128 + 4 * k)));
+			}
+		}
+		const uint8_t *sc = b + pkk_scales(t) + 8 * h;
+		__m128i sl = _mm_loadl_epi64((const __m128i *)(sc + 16 * u)), sh = _mm_loadl_epi64((const __m128i *)(sc + 16 * (u + runs)));
+		__m256i scl = t == 14 ? _mm256_cvtepi8_epi32(sl) : _mm256_cvtepu8_epi32(sl);
+		__m256i sch = t == 14 ? _mm256_cvtepi8_epi32(sh) : _mm256_cvtepu8_epi32(sh);
+		for (int v = 0; v < nv; v++)
+			isum[v] = _mm256_add_epi32(isum[v], _mm256_add_epi32(_mm256_mullo_epi32(tl[v], scl), _mm256_mullo_epi32(th[v], sch)));
+	}
+	__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + pkk_d(t) + 16 * h)));
+	if (t == 14) {
+		for (int v = 0; v < nv; v++)
+			acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[v]), _mm256_mul_ps(d, _mm256_set1_ps(a[v * nb].d))));
+		return;
+	}
+	__m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + pkk_dmin(t) + 16 * h)));
+	for (int v = 0; v < nv; v++) {
+		__m256i ms = _mm256_setzero_si256();
+		for (int p = 0; p < 4; p++) {
+			__m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + pkk_mins(t) + 32 * p + 16 * h)));
+			ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mn, _mm256_set1_epi32(bpair(&a[v * nb], p))));
+		}
+		__m256 dx = _mm256_set1_ps(a[v * nb].d);
+		acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[v]), _mm256_mul_ps(d, dx)));
+		acc[v] = _mm256_sub_ps(acc[v], _mm256_mul_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, dx)));
+	}
+}
+
+/* ktile computes half h of one group for vectors [0, nv) (nv <= 8), two
+ * at a time within each block. */
+static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_t *gp, int64_t nb,
+                                                       const struct act256 *qx, float *out, int64_t rows, int h,
+                                                       int valid, int pf, const int nv) {
+	__m256 acc[8];
+	for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
+	const int64_t bb = pkk_block_bytes(t);
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *b = gp + i * bb;
+		if (pf) kprefetch(t, b);
+		for (int v0 = 0; v0 < nv; v0 += 2) {
+			if (nv - v0 >= 2)
+				kblock(t, b, qx + v0 * nb + i, nb, acc + v0, h, 2);
+			else
+				kblock(t, b, qx + v0 * nb + i, nb, acc + v0, h, 1);
+		}
+	}
+	for (int v = 0; v < nv; v++) {
+		if (valid >= 8) {
+			_mm256_storeu_ps(out + v * rows, acc[v]);
+		} else {
+			float tmp[8];
+			_mm256_storeu_ps(tmp, acc[v]);
+			for (int r = 0; r < valid; r++) out[v * rows + r] = tmp[r];
+		}
+	}
+}
+
+static inline __attribute__((always_inline)) void kgroup(uint32_t t, const uint8_t *wp, int64_t rows, int64_t nb,
+                                                        int64_t g, const struct act256 *qx, int64_t n, float *out) {
+	const uint8_t *gp = wp + g * nb * pkk_block_bytes(t);
+	for (int h = 0; h < 2; h++) {
+		int64_t left = rows - g * PR - 8 * h;
+		if (left <= 0) break;
+		int valid = left >= 8 ? 8 : (int)left;
+		for (int64_t v0 = 0; v0 < n; v0 += 8) {
+			const struct act256 *a = qx + v0 * nb;
+			float *o = out + g * PR + 8 * h + v0 * rows;
+#define T(NVC) ktile(t, gp, nb, a, o, rows, h, valid, v0 == 0 && h == 0, NVC)
+			switch (n - v0 < 8 ? n - v0 : 8) {
+			case 1: T(1); break;
+			case 2: T(2); break;
+			case 3: T(3); break;
+			case 4: T(4); break;
+			case 5: T(5); break;
+			case 6: T(6); break;
+			case 7: T(7); break;
+			default: T(8);
+			}
+#undef T
+		}
+	}
+}
+
+#else
+
+static inline __attribute__((always_inline)) void kgroup(uint32_t t, const uint8_t *wp, int64_t rows, int64_t nb,
+                                                        int64_t g, const struct act256 *qx, int64_t n, float *out) {
+	kref(t, wp + g * nb * pkk_block_bytes(t), rows, nb, g, qx, n, out);
+}
+
+#endif
+
+/* kvs_matmul_packed_k is kvs_matmul_packed for the K-quants (packed.c
+ * hands them over). */
+int KVS_FN(kvs_matmul_packed_k)(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0,
+                                int64_t row1, const void *qx, int64_t n, float *out);
+int KVS_FN(kvs_matmul_packed_k)(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0,
+                                int64_t row1, const void *qx, int64_t n, float *out) {
+	(void)kref;
+	int64_t nb = cols / 256;
+	const struct act256 *a = qx;
+	for (int64_t g = row0 / PR; g * PR < row1; g++) {
+		switch (type) {
+		case 12: kgroup(12, wp, rows, nb, g, a, n, out); break;
+		case 13: kgroup(13, wp, rows, nb, g, a, n, out); break;
+		default: kgroup(14, wp, rows, nb, g, a, n, out); break;
+		}
+	}
+	return KVS_OK;
+}
