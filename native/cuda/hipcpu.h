@@ -264,10 +264,14 @@ inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return kvs_emu::
 
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return kvs_emu::status(); }
 
-/* Device memory is the host's, 256-byte aligned as cudaMalloc's is. */
+/* Device memory is the host's, 256-byte aligned as cudaMalloc's is, and
+ * filled with 0xff bytes (a NaN in every float): a GPU's is not cleared,
+ * so a kernel that reads what nothing wrote must not find zeros here. */
 inline cudaError_t cudaMalloc(void **p, size_t bytes) {
-	*p = aligned_alloc(256, (bytes + 255) / 256 * 256);
-	return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+	/* exactly bytes, so that AddressSanitizer stops a read at the end */
+	if (posix_memalign(p, 256, bytes ? bytes : 1)) return *p = NULL, cudaErrorMemoryAllocation;
+	memset(*p, 0xff, bytes);
+	return cudaSuccess;
 }
 
 inline cudaError_t cudaFree(void *p) {
@@ -385,13 +389,25 @@ inline Block *blk() {
 	return b;
 }
 
+/* reverse: the threads of a block take their turns in descending order
+ * (after thread 0, which HIP-CPU starts first) in the sanitizer build, in
+ * ascending order in the other, so that a race that one order hides (a
+ * __syncthreads missing between a write and another thread's read) shows
+ * in the other. */
+#ifdef __SANITIZE_ADDRESS__
+constexpr bool reverse = true;
+#else
+constexpr bool reverse = false;
+#endif
+
 /* yield hands the OS thread to the block's next fiber, straight through
- * libco: HIP-CPU's Fiber::yield also keeps its current-fiber pointer,
- * which only its own switches at the end of a block read (finish). */
+ * libco's swap: HIP-CPU's Fiber::yield (and libco's co_switch) also keep
+ * thread-local pointers to the running fiber, which only their own
+ * switches at the end of a block read, so finish sets them right first. */
 inline void yield(Block *b) {
-	int next = b->cur + 1 == b->n ? 0 : b->cur + 1;
+	int me = b->cur, next = reverse ? (me == 0 ? b->n - 1 : me - 1) : (me + 1 == b->n ? 0 : me + 1);
 	b->cur = next;
-	co_switch(b->fibers[next].native_handle());
+	co_swap(b->fibers[next].native_handle(), b->fibers[me].native_handle());
 }
 
 /* fault stops the block's waits (its threads run on to their ends, their
@@ -567,9 +583,13 @@ inline void finish(Block *b, int me) {
 		free(b->smem);
 		b->smem = NULL;
 	}
-	while (b->exited < b->n || b->returned != me) {
+	if (b->n == 1) return;
+	while (b->exited < b->n) yield(b);
+	while (b->returned != me) {
 		int next = me + 1 == b->n ? 0 : me + 1;
 		b->cur = next;
+		/* this fiber may have been switched to by swap */
+		co_active_handle = b->fibers[me].native_handle();
 		hip::detail::Fiber::yield(b->fibers[next]);
 	}
 	b->returned++;

@@ -57,7 +57,7 @@ type devLib struct {
 	attention   func(k, v unsafe.Pointer, layer int32, n int64, heads, head0, head1, window int32, scale float32,
 		q, nPos, tables, tableOff, kResid, scratch, out uintptr) int32
 
-	emulated bool // the library exports kvs_emulated: the CUDA library's HIP-CPU build (make cuda-emu)
+	emulated int32 // kvs_emulated: 0 (not exported), 1 for the CUDA library's HIP-CPU build (make cuda-emu), 2 with the sanitizers
 
 	rowBytes func(uint32, int64) int64
 	actBytes func(uint32, int64, int64) int64
@@ -102,7 +102,7 @@ func bindDevice(file string) (*devLib, error) {
 	if p, err := purego.Dlsym(h, "kvs_emulated"); err == nil {
 		var emulated func() int32
 		purego.RegisterFunc(&emulated, p)
-		d.emulated = emulated() == 1
+		d.emulated = emulated()
 	}
 	return d, nil
 }
