@@ -3,6 +3,8 @@ package native
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"unsafe"
 
@@ -165,7 +167,7 @@ func OpenDevice(kind string) (*Device, error) {
 		}
 		return nil, fmt.Errorf("%w (build it with %s)", err, how)
 	}
-	return openDeviceFile(kind, want, file)
+	return openDeviceFile(kind, want, file, from)
 }
 
 // OpenDeviceDir is OpenDevice on the library in dir alone.
@@ -178,12 +180,12 @@ func OpenDeviceDir(kind, dir string) (*Device, error) {
 	if st, err := os.Stat(file); err != nil || !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("native: %w: no %s in %s", ErrNotFound, DeviceLibName(kind), dir)
 	}
-	return openDeviceFile(kind, want, file)
+	return openDeviceFile(kind, want, file, "")
 }
 
 // openDeviceFile opens the device library file of kind (want: its
-// kvs_device_kind).
-func openDeviceFile(kind string, want int32, file string) (*Device, error) {
+// kvs_device_kind), found as from says (a Place's Why, or "").
+func openDeviceFile(kind string, want int32, file, from string) (*Device, error) {
 	lib, err := open(file)
 	if err != nil {
 		return nil, err
