@@ -11,7 +11,7 @@ APT_PKGS := gcc pkg-config libgl1-mesa-dev xorg-dev
 SHOT_PKGS := xvfb xauth
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test test-openai fuzz bench screenshot clean native cuda cuda-toolkit cuda-check metal
+.PHONY: all deps build run test test-openai fuzz bench screenshot clean native cuda cuda-toolkit cuda-check cuda-emu metal
 
 all: build
 
@@ -64,6 +64,22 @@ cuda-toolkit:
 cuda-check: cuda-toolkit
 	$(MAKE) cuda CUDA_ARCHS="80 90"
 
+# cuda-emu builds the CUDA library's own sources (native/cuda) with g++ on
+# ROCm's HIP-CPU runtime into native/build/emu/libkvscope_cuda.so, whose
+# kernels run on the CPU (native/README.md): make test runs the device
+# tests on it. SANITIZE=1 builds it with AddressSanitizer and UBSan into
+# native/build/emu-asan (.ci/run runs the device tests on that once). It
+# installs libtbb-dev (HIP-CPU's parallel algorithms) when missing, and
+# skips, saying so, where HIPCPU (HIP-CPU's source tree) is not found.
+HIPCPU ?= $(TESTDATA)/third_party/hip-cpu
+EMU_JOBS := $(if $(filter -j% --jobserver%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
+cuda-emu:
+	@if [ ! -f $(HIPCPU)/include/hip/hip_runtime.h ]; then \
+		echo "make cuda-emu: skipped: no HIP-CPU at $(HIPCPU) (HIPCPU= names its source tree), so the device tests run on the CPU library only"; exit 0; \
+	fi; \
+	$(MAKE) --no-print-directory deps APT_PKGS="g++ libtbb-dev" EXTRA_PKGS= && \
+	$(MAKE) --no-print-directory $(EMU_JOBS) -C native/cuda emu HIPCPU=$(abspath $(HIPCPU)) SANITIZE=$(SANITIZE)
+
 # metal builds native/build/libkvscope_metal.dylib on macOS (native/metal).
 metal:
 	@[ "$$(uname -s)" = Darwin ] || { echo "make metal: the Metal library builds only on macOS (clang with the Metal framework)"; exit 1; }
@@ -75,10 +91,11 @@ build: deps
 run: build $(NATIVE_LIB)
 	./$(BIN) $(if $(wildcard $(MODEL)),-m $(MODEL))
 
-# test: vet, the whole suite under the race detector (and internal/early, a
-# module of its own), a few seconds of fuzzing the GGUF reader, and the
-# openai client test (test-openai).
-test: deps $(NATIVE_LIB)
+# test: vet, the whole suite under the race detector (the device tests
+# also on the CUDA library emulated on the CPU: cuda-emu; and
+# internal/early, a module of its own), a few seconds of fuzzing the GGUF
+# reader, and the openai client test (test-openai).
+test: deps $(NATIVE_LIB) cuda-emu
 	$(GO) vet ./...
 	$(GO) test -race ./...
 	$(GO) -C internal/early vet ./... && $(GO) -C internal/early test ./...

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -19,10 +20,14 @@ import (
 
 // deviceBackend returns the device backend the tests run on: CUDA (or
 // Metal) when KVSCOPE_BACKEND names it (native/cuda/check.sh, on a machine
-// with a GPU), else the device code path over the CPU library's host
-// memory (native.NewHostDevice), skipping when that is not built.
+// with a GPU), the CUDA library emulated on the CPU under TestEmulatedCUDA,
+// else the device code path over the CPU library's host memory
+// (native.NewHostDevice), skipping when that is not built.
 func deviceBackend(t *testing.T) *native.Device {
 	t.Helper()
+	if emulatedCUDA != nil {
+		return emulatedCUDA
+	}
 	if k := os.Getenv(native.BackendEnv); k == "cuda" || k == "metal" {
 		d, err := native.OpenDevice(k)
 		if err != nil {
@@ -39,6 +44,27 @@ func deviceBackend(t *testing.T) *native.Device {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// emulatedCUDA is the device deviceBackend returns while TestEmulatedCUDA
+// runs.
+var emulatedCUDA *native.Device
+
+// TestEmulatedCUDA runs TestDeviceBackend and TestNativeWideGroups on the
+// CUDA library's own sources built on HIP-CPU, whose kernels run on the CPU
+// (make cuda-emu, native/README.md), skipping when it is not built.
+func TestEmulatedCUDA(t *testing.T) {
+	d, err := native.OpenEmulated()
+	if errors.Is(err, native.ErrNotFound) && os.Getenv(native.EmuDirEnv) == "" {
+		t.Skipf("the CUDA library emulated on the CPU is not built (make cuda-emu): %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	emulatedCUDA = d
+	defer func() { emulatedCUDA = nil }()
+	t.Run("DeviceBackend", TestDeviceBackend)
+	t.Run("NativeWideGroups", TestNativeWideGroups)
 }
 
 // loadOn opens a shared model on be.

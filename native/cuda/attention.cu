@@ -40,7 +40,7 @@ __global__ void attn_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, int32_
                             const int64_t *__restrict__ table_off, const uint8_t *const *__restrict__ k_resid,
                             float *__restrict__ wmax, float *__restrict__ wsum, float *__restrict__ wacc,
                             float *__restrict__ out) {
-	extern __shared__ float sm[];
+	KVS_DYNAMIC_SHARED(float, sm);
 	const int D = K.head_dim, B = K.block_size;
 	const int64_t r = blockIdx.x;
 	const int kvh = head0 / G + blockIdx.y, w = blockIdx.z, h0 = kvh * G;
@@ -77,10 +77,11 @@ __global__ void attn_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, int32_
 						for (int k = 0; k < HCHUNK; k++)
 							if (g0 + k < G) a[k] += qs[(g0 + k) * D + d] * kv;
 					}
+				/* only the group's heads: g0 + k < G holds for the whole warp */
 #pragma unroll
-				for (int k = 0; k < HCHUNK; k++) {
+				for (int k = 0; k < HCHUNK && g0 + k < G; k++) {
 					float s = warp_sum(a[k]);
-					if (lane == 0 && g0 + k < G) sc[(g0 + k) * PART + i] = ok ? s * scale : -INFINITY;
+					if (lane == 0) sc[(g0 + k) * PART + i] = ok ? s * scale : -INFINITY;
 				}
 			}
 		}
@@ -159,7 +160,7 @@ __global__ void attn_tile_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, i
                                  const int64_t *__restrict__ table_off, const uint8_t *const *__restrict__ k_resid,
                                  float *__restrict__ wmax, float *__restrict__ wsum, float *__restrict__ wacc,
                                  float *__restrict__ out, int64_t n, int R) {
-	extern __shared__ float sm[];
+	KVS_DYNAMIC_SHARED(float, sm);
 	const int D = K.head_dim, B = K.block_size, RG = R * G;
 	const int kvh = head0 / G + blockIdx.y, h0 = kvh * G;
 	const int tid = threadIdx.x, warp = tid / KVS_WARP, lane = tid % KVS_WARP, warps = blockDim.x / KVS_WARP;
@@ -219,9 +220,9 @@ __global__ void attn_tile_kernel(struct kvs_kv_plane K, struct kvs_kv_plane V, i
 									if (g0 + k < G) a[k] += qs[(row * G + g0 + k) * D + d] * kv;
 							}
 #pragma unroll
-						for (int k = 0; k < HCHUNK; k++) {
+						for (int k = 0; k < HCHUNK && g0 + k < G; k++) {
 							float s = warp_sum(a[k]);
-							if (lane == 0 && g0 + k < G) sc[(row * G + g0 + k) * PART + ii] = okf[i] ? s * scale : -INFINITY;
+							if (lane == 0) sc[(row * G + g0 + k) * PART + ii] = okf[i] ? s * scale : -INFINITY;
 						}
 					}
 				}
@@ -405,14 +406,14 @@ KVS_EXPORT int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_p
 			if (err != cudaSuccess) return kvs_record("attention shared memory", err);
 		}
 		dim3 tg((unsigned)((n + R - 1) / R), (unsigned)((head1 - head0) / G));
-		attn_tile_kernel<<<tg, TILE_THREADS, ts, st>>>(*k, *v, layer, heads, head0, G, window, scale, q, n_pos, tables,
+		KVS_LAUNCH(tg, TILE_THREADS, ts, st, attn_tile_kernel)(*k, *v, layer, heads, head0, G, window, scale, q, n_pos, tables,
 		                                               table_off, k_resid, wmax, wsum, wacc, out, n, R);
 	} else {
-		attn_kernel<<<grid, ATT_THREADS, smem, st>>>(*k, *v, layer, heads, head0, G, window, scale, q, n_pos, tables,
+		KVS_LAUNCH(grid, ATT_THREADS, smem, st, attn_kernel)(*k, *v, layer, heads, head0, G, window, scale, q, n_pos, tables,
 		                                             table_off, k_resid, wmax, wsum, wacc, out);
 	}
 	if ((rc = kvs_launched("attention")) != KVS_OK || !scratch) return rc;
-	reduce_kernel<<<dim3((unsigned)n, (unsigned)(head1 - head0)), ATT_THREADS, 0, st>>>(heads, head0, k->head_dim, window, n_pos,
+	KVS_LAUNCH(dim3((unsigned)n, (unsigned)(head1 - head0)), ATT_THREADS, 0, st, reduce_kernel)(heads, head0, k->head_dim, window, n_pos,
 	                                                                               wmax, wsum, wacc, out);
 	return kvs_launched("attention reduce");
 }

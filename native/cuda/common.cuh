@@ -1,15 +1,35 @@
 /* common.cuh: what the CUDA library's files share: the stream, the sticky
- * device error, launch checks, half conversions and warp sums. */
+ * device error, launch checks, half conversions and warp sums.
+ *
+ * The sources build two ways: with nvcc for a GPU (make cuda), and with
+ * g++ on ROCm's HIP-CPU runtime (make cuda-emu; KVS_HIPCPU), whose
+ * kernels run on the CPU for the tests (hipcpu.h). Kernels are launched
+ * with KVS_LAUNCH and take dynamic shared memory with KVS_DYNAMIC_SHARED,
+ * which are CUDA's own syntax under nvcc. */
 #ifndef KVS_CUDA_COMMON_CUH
 #define KVS_CUDA_COMMON_CUH
 
+#ifdef KVS_HIPCPU
+#include "hipcpu.h"
+#else
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+/* KVS_LAUNCH(grid, block, smem, stream, kernel)(args...) is
+ * kernel<<<grid, block, smem, stream>>>(args...); the kernel comes last so
+ * that a template's commas need no parentheses. */
+#define KVS_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+/* KVS_DYNAMIC_SHARED(type, name) declares the block's dynamic shared memory. */
+#define KVS_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
 #include <stdint.h>
 
 #include "../include/kvscope.h"
 
 #define KVS_WARP 32
+#ifdef KVS_HIPCPU
+static_assert(KVS_WARP == kvs_emu::warp_size, "the emulation's warps are CUDA's 32 lanes");
+#endif
 
 /* kvs_stream returns the library's one stream (created on first use). */
 cudaStream_t kvs_stream(void);
@@ -70,23 +90,36 @@ __device__ __forceinline__ uint16_t f16_finite(float x) {
 }
 
 /* warp_sum adds v over the warp in a fixed butterfly order: every lane gets
- * the same bits, whatever else runs. */
+ * the same bits, whatever else runs. The emulation (hipcpu.h) does the same
+ * butterfly in one exchange of the lanes' values, not five. */
 __device__ __forceinline__ float warp_sum(float v) {
+#ifdef KVS_HIPCPU
+	return kvs_emu::warp_butterfly(v, [](float a, float b) { return a + b; });
+#else
 #pragma unroll
 	for (int m = KVS_WARP / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
 	return v;
+#endif
 }
 
 __device__ __forceinline__ float warp_max(float v) {
+#ifdef KVS_HIPCPU
+	return kvs_emu::warp_butterfly(v, [](float a, float b) { return fmaxf(a, b); });
+#else
 #pragma unroll
 	for (int m = KVS_WARP / 2; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
 	return v;
+#endif
 }
 
 __device__ __forceinline__ float warp_min(float v) {
+#ifdef KVS_HIPCPU
+	return kvs_emu::warp_butterfly(v, [](float a, float b) { return fminf(a, b); });
+#else
 #pragma unroll
 	for (int m = KVS_WARP / 2; m > 0; m >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, m));
 	return v;
+#endif
 }
 
 /* load_int reads 4 bytes at a 2-byte aligned address (ggml's blocks are). */

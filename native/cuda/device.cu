@@ -95,16 +95,37 @@ KVS_EXPORT int kvs_device_name(char *buf, int64_t len) {
 	}
 	/* A GPU older than the code in this library (built for sm_80 and up)
 	 * cannot launch its kernels: find out now, not in the first step. */
-	noop_kernel<<<1, 1, 0, kvs_stream()>>>(NULL);
+	KVS_LAUNCH(1, 1, 0, kvs_stream(), noop_kernel)(NULL);
 	if ((err = cudaGetLastError()) == cudaSuccess) err = cudaStreamSynchronize(kvs_stream());
 	if (err != cudaSuccess) {
 		snprintf(buf, (size_t)len, "%s (sm_%d%d) cannot run this library's kernels: %s", p.name, p.major, p.minor,
 		         cudaGetErrorString(err));
 		return KVS_ERR_DEVICE;
 	}
+#if defined(KVS_HIPCPU) && defined(__SANITIZE_ADDRESS__)
+	snprintf(buf, (size_t)len, "CUDA library emulated on the CPU (HIP-CPU), %u threads, AddressSanitizer and UBSan",
+	         kvs_emu::threads());
+#elif defined(KVS_HIPCPU)
+	snprintf(buf, (size_t)len, "CUDA library emulated on the CPU (HIP-CPU), %u threads", kvs_emu::threads());
+#else
 	snprintf(buf, (size_t)len, "%s, %.0f GiB, sm_%d%d", p.name, (double)p.totalGlobalMem / (1 << 30), p.major, p.minor);
+#endif
 	return KVS_OK;
 }
+
+#ifdef KVS_HIPCPU
+/* kvs_emulated is exported by the HIP-CPU build only (make cuda-emu): its
+ * kernels run on the CPU, so the Go side never takes it for a GPU. It
+ * returns 1, or 2 for the build with AddressSanitizer and UBSan (make
+ * cuda-emu SANITIZE=1). */
+KVS_EXPORT int kvs_emulated(void) {
+#ifdef __SANITIZE_ADDRESS__
+	return 2;
+#else
+	return 1;
+#endif
+}
+#endif
 
 KVS_EXPORT int kvs_last_error(char *buf, int64_t len) {
 	if (!buf || len <= 0) return KVS_ERR_ARG;

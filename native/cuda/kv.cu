@@ -62,7 +62,7 @@ __device__ __forceinline__ int round_unsigned(float v, float lim) {
  * each thread stores whole bytes (int4: both nibbles of a byte). */
 __global__ void write_kernel(struct kvs_kv_plane p, int32_t layer, const int32_t *slots, const float *rows,
                              uint8_t *const *resid) {
-	extern __shared__ float sh[]; /* per group: inverse scale, zero */
+	KVS_DYNAMIC_SHARED(float, sh); /* per group: inverse scale, zero */
 	int64_t i = blockIdx.x, slot = slots[i], total = (int64_t)p.blocks * p.block_size;
 	if (slot < 0 || slot >= total) return;
 	int D = p.head_dim, B = p.block_size, H = p.kv_heads, row = H * D;
@@ -149,7 +149,7 @@ KVS_EXPORT int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t
 	if (!slots || !rows || (p->key && !resid)) return KVS_ERR_ARG;
 	size_t smem = p->prec == KVS_KV_F16 || p->key ? 0 : (size_t)p->groups * 2 * sizeof(float);
 	if (smem > 48 * 1024) return KVS_ERR_ARG;
-	write_kernel<<<(unsigned)n, 256, smem, kvs_stream()>>>(*p, layer, slots, rows, resid);
+	KVS_LAUNCH((unsigned)n, 256, smem, kvs_stream(), write_kernel)(*p, layer, slots, rows, resid);
 	return kvs_launched("K/V write");
 }
 
@@ -173,7 +173,7 @@ KVS_EXPORT int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t 
 	if (layer < 0 || layer >= p->layers || n < 0 || n > 0x7fffffff) return KVS_ERR_ARG;
 	if (n == 0) return KVS_OK;
 	if (!slots || !rows || (p->key && !resid)) return KVS_ERR_ARG;
-	read_kernel<<<(unsigned)n, 256, 0, kvs_stream()>>>(*p, layer, slots, rows, resid);
+	KVS_LAUNCH((unsigned)n, 256, 0, kvs_stream(), read_kernel)(*p, layer, slots, rows, resid);
 	return kvs_launched("K/V read");
 }
 
@@ -297,10 +297,10 @@ static int key_groups_call(bool quantize, const struct kvs_kv_plane *p, int64_t 
 	if (n == 0) return KVS_OK;
 	if (!groups || !resid) return KVS_ERR_ARG;
 	if (quantize) {
-		quantize_kernel<<<(unsigned)n, 128, 0, kvs_stream()>>>(*p, groups, resid);
+		KVS_LAUNCH((unsigned)n, 128, 0, kvs_stream(), quantize_kernel)(*p, groups, resid);
 		return kvs_launched("key group quantize");
 	}
-	dequantize_kernel<<<(unsigned)n, 256, 0, kvs_stream()>>>(*p, groups, resid);
+	KVS_LAUNCH((unsigned)n, 256, 0, kvs_stream(), dequantize_kernel)(*p, groups, resid);
 	return kvs_launched("key group dequantize");
 }
 

@@ -67,7 +67,7 @@ KVS_EXPORT int kvs_quantize_acts(uint32_t type, const float *x, int64_t cols, in
 	if (ab == 0 || n == 0) return KVS_OK;
 	if (!x || !qx) return KVS_ERR_ARG;
 	int64_t blocks = n * (cols / 32);
-	quantize_kernel<<<grid_1d(blocks * 32, 256), 256, 0, kvs_stream()>>>(x, blocks, (act_blk *)qx);
+	KVS_LAUNCH(grid_1d(blocks * 32, 256), 256, 0, kvs_stream(), quantize_kernel)(x, blocks, (act_blk *)qx);
 	return kvs_launched("quantize activations");
 }
 
@@ -226,10 +226,10 @@ static void run(const void *w, int64_t rows, int64_t row0, int64_t row1, int64_t
 	dim3 grid((unsigned)((row1 - row0 + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK), (unsigned)((n + NV - 1) / NV));
 	dim3 block(KVS_WARP, ROWS_PER_BLOCK);
 	if (quantized(T))
-		matvec_quant<T, NV><<<grid, block, 0, kvs_stream()>>>((const uint8_t *)w, rows, row0, row1, cols,
+		KVS_LAUNCH(grid, block, 0, kvs_stream(), matvec_quant<T, NV>)((const uint8_t *)w, rows, row0, row1, cols,
 		                                                       kvs_row_bytes(T, cols), (const act_blk *)qx, n, out);
 	else
-		matvec_float<T, NV><<<grid, block, 0, kvs_stream()>>>((const uint8_t *)w, rows, row0, row1, cols, x, n, out);
+		KVS_LAUNCH(grid, block, 0, kvs_stream(), matvec_float<T, NV>)((const uint8_t *)w, rows, row0, row1, cols, x, n, out);
 }
 
 template <uint32_t T>
@@ -308,12 +308,12 @@ static int rows_of(uint32_t type, const void *w, int64_t rows, int64_t cols, con
 	const uint8_t *wb = (const uint8_t *)w;
 	cudaStream_t st = kvs_stream();
 	switch (type) {
-	case T_F32: get_rows_kernel<T_F32><<<grid, 256, 0, st>>>(wb, rows, cols, rb, ids, row0, out); break;
-	case T_F16: get_rows_kernel<T_F16><<<grid, 256, 0, st>>>(wb, rows, cols, rb, ids, row0, out); break;
-	case T_Q4_0: get_rows_kernel<T_Q4_0><<<grid, 256, 0, st>>>(wb, rows, cols, rb, ids, row0, out); break;
-	case T_Q8_0: get_rows_kernel<T_Q8_0><<<grid, 256, 0, st>>>(wb, rows, cols, rb, ids, row0, out); break;
-	case T_Q4_K: get_rows_kernel<T_Q4_K><<<grid, 256, 0, st>>>(wb, rows, cols, rb, ids, row0, out); break;
-	case T_Q6_K: get_rows_kernel<T_Q6_K><<<grid, 256, 0, st>>>(wb, rows, cols, rb, ids, row0, out); break;
+	case T_F32: KVS_LAUNCH(grid, 256, 0, st, get_rows_kernel<T_F32>)(wb, rows, cols, rb, ids, row0, out); break;
+	case T_F16: KVS_LAUNCH(grid, 256, 0, st, get_rows_kernel<T_F16>)(wb, rows, cols, rb, ids, row0, out); break;
+	case T_Q4_0: KVS_LAUNCH(grid, 256, 0, st, get_rows_kernel<T_Q4_0>)(wb, rows, cols, rb, ids, row0, out); break;
+	case T_Q8_0: KVS_LAUNCH(grid, 256, 0, st, get_rows_kernel<T_Q8_0>)(wb, rows, cols, rb, ids, row0, out); break;
+	case T_Q4_K: KVS_LAUNCH(grid, 256, 0, st, get_rows_kernel<T_Q4_K>)(wb, rows, cols, rb, ids, row0, out); break;
+	case T_Q6_K: KVS_LAUNCH(grid, 256, 0, st, get_rows_kernel<T_Q6_K>)(wb, rows, cols, rb, ids, row0, out); break;
 	}
 	return kvs_launched("get rows");
 }

@@ -27,7 +27,7 @@ KVS_EXPORT int kvs_rmsnorm(float *out, const float *x, const float *weight, int6
 	if (n < 0 || dim <= 0 || n > 0x7fffffff) return KVS_ERR_ARG;
 	if (n == 0) return KVS_OK;
 	if (!out || !x || !weight) return KVS_ERR_ARG;
-	rmsnorm_kernel<<<(unsigned)n, 256, 0, kvs_stream()>>>(out, x, weight, dim, eps);
+	KVS_LAUNCH((unsigned)n, 256, 0, kvs_stream(), rmsnorm_kernel)(out, x, weight, dim, eps);
 	return kvs_launched("rmsnorm");
 }
 
@@ -59,7 +59,7 @@ KVS_EXPORT int kvs_rope(float *x, int64_t n, int64_t heads, int64_t head_dim, in
 	if (n == 0) return KVS_OK;
 	if (!x || !pos) return KVS_ERR_ARG;
 	float ts = (float)pow((double)base, -2.0 / (double)rope_dim);
-	rope_kernel<<<grid_1d(n * heads * rope_dim / 2, 256), 256, 0, kvs_stream()>>>(x, n, heads, head_dim, rope_dim, pos, ts,
+	KVS_LAUNCH(grid_1d(n * heads * rope_dim / 2, 256), 256, 0, kvs_stream(), rope_kernel)(x, n, heads, head_dim, rope_dim, pos, ts,
 	                                                                             scale, freq_factors, neox);
 	return kvs_launched("rope");
 }
@@ -85,10 +85,10 @@ static int elementwise(const char *what, int kind, float *out, const float *a, c
 	unsigned g = grid_1d(len, 256);
 	cudaStream_t st = kvs_stream();
 	switch (kind) {
-	case 0: swiglu_kernel<<<g, 256, 0, st>>>(out, a, b, len, s); break;
-	case 1: geglu_kernel<<<g, 256, 0, st>>>(out, a, b, len, s); break;
-	case 2: add_kernel<<<g, 256, 0, st>>>(out, a, b, len, s); break;
-	default: scale_kernel<<<g, 256, 0, st>>>(out, a, b, len, s); break;
+	case 0: KVS_LAUNCH(g, 256, 0, st, swiglu_kernel)(out, a, b, len, s); break;
+	case 1: KVS_LAUNCH(g, 256, 0, st, geglu_kernel)(out, a, b, len, s); break;
+	case 2: KVS_LAUNCH(g, 256, 0, st, add_kernel)(out, a, b, len, s); break;
+	default: KVS_LAUNCH(g, 256, 0, st, scale_kernel)(out, a, b, len, s); break;
 	}
 	return kvs_launched(what);
 }
@@ -114,7 +114,7 @@ KVS_EXPORT int kvs_add_bias(float *x, const float *bias, int64_t n, int64_t rows
 	if (n < 0 || rows < 0) return KVS_ERR_ARG;
 	if (n == 0 || rows == 0) return KVS_OK;
 	if (!x || !bias) return KVS_ERR_ARG;
-	bias_kernel<<<grid_1d(n * rows, 256), 256, 0, kvs_stream()>>>(x, bias, n * rows, rows);
+	KVS_LAUNCH(grid_1d(n * rows, 256), 256, 0, kvs_stream(), bias_kernel)(x, bias, n * rows, rows);
 	return kvs_launched("bias");
 }
 
@@ -131,6 +131,6 @@ KVS_EXPORT int kvs_gather(float *dst, const float *src, const int32_t *rows, int
 	if (n == 0 || width == 0) return KVS_OK;
 	if (!dst || !src || !rows) return KVS_ERR_ARG;
 	unsigned gx = grid_1d(width, 256) > 64 ? 64 : grid_1d(width, 256);
-	gather_kernel<<<dim3(gx, (unsigned)n), 256, 0, kvs_stream()>>>(dst, src, rows, width);
+	KVS_LAUNCH(dim3(gx, (unsigned)n), 256, 0, kvs_stream(), gather_kernel)(dst, src, rows, width);
 	return kvs_launched("gather");
 }

@@ -57,6 +57,11 @@ func (b *Device) Name() string {
 // DeviceName names the device as its library does.
 func (b *Device) DeviceName() string { return b.devName }
 
+// Emulated reports whether the library is the CUDA library built on
+// HIP-CPU (make cuda-emu), whose kernels run on the CPU: for testing the
+// CUDA code without a GPU, never for speed. DeviceName says so too.
+func (b *Device) Emulated() bool { return b.d.emulated != 0 }
+
 // File returns the library's path.
 func (b *Device) File() string { return b.lib.File() }
 

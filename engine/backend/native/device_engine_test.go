@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	"kvscope/engine"
+	"kvscope/engine/kvcache"
 	"kvscope/engine/kvstore"
 	"kvscope/engine/model"
+	"kvscope/engine/sample"
 	"kvscope/engine/synth"
 	"kvscope/engine/tokenizer"
 )
@@ -91,4 +93,103 @@ func generate(t *testing.T, e *engine.Engine, n int) int {
 		}
 	}
 	return got
+}
+
+// TestDevicePreemption runs the engine on the device backend with a K/V
+// budget too small for its requests at once, preempting by recompute and
+// by swap (device blocks saved to the host pool and loaded back), with a
+// request of two samples whose shared prompt blocks are copied on their
+// first write: every request's greedy text equals its text alone.
+func TestDevicePreemption(t *testing.T) {
+	d := hostDevice(t)
+	f, err := synth.Open(synth.Demo, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Use(d); err != nil {
+		t.Fatal(err)
+	}
+	greedy := &sample.Params{Temperature: 0, TopP: 1, RepeatPenalty: 1}
+	reqs := []engine.Request{
+		{Prompt: "Once upon a time", MaxTokens: 12, IgnoreEOS: true, Sampling: greedy},
+		{Prompt: "The cat sat on the mat and", MaxTokens: 10, IgnoreEOS: true, Sampling: greedy},
+		{Prompt: "A", MaxTokens: 14, IgnoreEOS: true, Sampling: greedy, N: 2},
+	}
+	const bs = 4
+	alone := make([][]string, len(reqs))
+	for i, r := range reqs {
+		cfg := engine.DefaultConfig()
+		cfg.Cache.BlockSize = bs
+		e, err := engine.New(m, tok, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone[i] = collect(t, e, []engine.Request{r})[0]
+		e.Close()
+	}
+	for _, mode := range []kvcache.PreemptMode{kvcache.Recompute, kvcache.Swap} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := engine.DefaultConfig()
+			cfg.Cache.BlockSize = bs
+			cfg.Cache.Preempt = mode
+			// 8 blocks of 4 slots for four samples of up to 20 tokens
+			cfg.Cache.Budget = int64(8 * kvstore.BlockBytes(m.CacheConfig(bs, 1, cfg.Cache.K, cfg.Cache.V)))
+			e, err := engine.New(m, tok, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			got := collect(t, e, reqs)
+			for i := range reqs {
+				for s := range got[i] {
+					if got[i][s] != alone[i][s] {
+						t.Errorf("request %d sample %d under preemption:\n%q\nalone:\n%q", i, s, got[i][s], alone[i][s])
+					}
+				}
+			}
+			kinds := map[engine.EventKind]int{}
+			events, _, _ := e.Events(0, 1<<20)
+			for _, ev := range events {
+				kinds[ev.Kind]++
+			}
+			t.Logf("%s: %d preemptions, %d swapped out, %d blocks copied on write", mode, kinds[engine.EventPreempt], kinds[engine.EventSwapOut], kinds[engine.EventCoW])
+			if kinds[engine.EventPreempt] == 0 || kinds[engine.EventCoW] == 0 || (mode == kvcache.Swap) != (kinds[engine.EventSwapOut] > 0) {
+				t.Errorf("%s: events %v: want preemptions, copies on write, and swaps exactly when swapping", mode, kinds)
+			}
+		})
+	}
+}
+
+// collect runs reqs on e at once and returns each request's texts, one a
+// sample.
+func collect(t *testing.T, e *engine.Engine, reqs []engine.Request) [][]string {
+	t.Helper()
+	streams := make([]*engine.Stream, len(reqs))
+	for i, r := range reqs {
+		s, err := e.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams[i] = s
+	}
+	out := make([][]string, len(reqs))
+	for i, s := range streams {
+		texts, finals := s.Collect()
+		for _, f := range finals {
+			if f.Reason == engine.FinishError {
+				t.Fatalf("request %d: %v", i, f.Err)
+			}
+		}
+		out[i] = texts
+	}
+	return out
 }

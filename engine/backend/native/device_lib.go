@@ -3,6 +3,8 @@ package native
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"unsafe"
 
@@ -57,6 +59,8 @@ type devLib struct {
 	attention   func(k, v unsafe.Pointer, layer int32, n int64, heads, head0, head1, window int32, scale float32,
 		q, nPos, tables, tableOff, kResid, scratch, out uintptr) int32
 
+	emulated int32 // kvs_emulated: 0 (not exported), 1 for the CUDA library's HIP-CPU build (make cuda-emu), 2 with the sanitizers
+
 	rowBytes func(uint32, int64) int64
 	actBytes func(uint32, int64, int64) int64
 	quantize func(uint32, uintptr, int64, int64, uintptr) int32
@@ -95,6 +99,12 @@ func bindDevice(file string) (*devLib, error) {
 			return nil, fmt.Errorf("native: %s lacks the device function %s, so it is not a kvscope ABI %d library (rebuild it)", file, s.name, ABIVersion)
 		}
 		purego.RegisterFunc(s.fn, p)
+	}
+	// Only an emulation exports kvs_emulated (native/cuda/device.cu).
+	if p, err := purego.Dlsym(h, "kvs_emulated"); err == nil {
+		var emulated func() int32
+		purego.RegisterFunc(&emulated, p)
+		d.emulated = emulated()
 	}
 	return d, nil
 }
@@ -157,6 +167,25 @@ func OpenDevice(kind string) (*Device, error) {
 		}
 		return nil, fmt.Errorf("%w (build it with %s)", err, how)
 	}
+	return openDeviceFile(kind, want, file, from)
+}
+
+// OpenDeviceDir is OpenDevice on the library in dir alone.
+func OpenDeviceDir(kind, dir string) (*Device, error) {
+	want := map[string]int32{"cuda": DeviceCUDA, "metal": DeviceMetal}[kind]
+	if want == 0 {
+		return nil, fmt.Errorf("native: unknown device kind %q (want cuda or metal)", kind)
+	}
+	file := filepath.Join(dir, DeviceLibName(kind))
+	if st, err := os.Stat(file); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("native: %w: no %s in %s", ErrNotFound, DeviceLibName(kind), dir)
+	}
+	return openDeviceFile(kind, want, file, "")
+}
+
+// openDeviceFile opens the device library file of kind (want: its
+// kvs_device_kind), found as from says (a Place's Why, or "").
+func openDeviceFile(kind string, want int32, file, from string) (*Device, error) {
 	lib, err := open(file)
 	if err != nil {
 		return nil, err

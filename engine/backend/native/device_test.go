@@ -14,9 +14,13 @@ import (
 
 // hostDevice returns the device backend over the CPU library, skipping when
 // the library is not built; with KVSCOPE_BACKEND=cuda (native/cuda/check.sh
-// on a machine with a GPU) the CUDA library instead.
+// on a machine with a GPU) the CUDA library instead, and under
+// TestEmulatedCUDA the CUDA library emulated on the CPU.
 func hostDevice(t *testing.T) *Device {
 	t.Helper()
+	if onEmulated {
+		return emulated(t)
+	}
 	if k := os.Getenv(BackendEnv); k == "cuda" || k == "metal" {
 		d, err := OpenDevice(k)
 		if err != nil {
