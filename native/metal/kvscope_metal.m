@@ -247,6 +247,10 @@ KVS_API int64_t kvs_packed_bytes(uint32_t type, int64_t rows, int64_t cols) {
 	(void)type, (void)rows, (void)cols;
 	return KVS_ERR_TYPE;
 }
+KVS_API int kvs_pack(uint32_t type, int64_t rows, int64_t cols, int64_t g0, int64_t g1, const void *w, void *packed) {
+	(void)type, (void)rows, (void)cols, (void)g0, (void)g1, (void)w, (void)packed;
+	return KVS_ERR_TYPE;
+}
 KVS_API int kvs_matmul_packed(uint32_t type, const void *packed, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                               const void *qx, int64_t n, float *out) {
 	(void)type, (void)packed, (void)rows, (void)cols, (void)row0, (void)row1, (void)qx, (void)n, (void)out;
