@@ -38,9 +38,9 @@ import (
 //   - At 1280×800, with the first conversation shown and its block table
 //     drawn on the Inspector tab, the main picture is saved.
 //   - At 1024×700, each lesson of package lesson plays through the
-//     Teaching tab's runner, is held after the middle of its steps (see
-//     lessonShotStep), and is saved as lesson-NAME.png beside the main
-//     picture (see LessonShotName), then stopped.
+//     Teaching tab's runner, is held at its pictured step (Lesson.Picture,
+//     see lessonShotStep), and is saved as lesson-NAME.png beside the
+//     main picture (see LessonShotName), then stopped.
 const ScreenshotEnv = "KVSCOPE_SCREENSHOT"
 
 // ScreenshotAfter is how many tokens each conversation generates before
@@ -81,11 +81,14 @@ func LessonShotName(name string) string {
 	return "lesson-" + b.String() + ".png"
 }
 
-// lessonShotStep is how many of a lesson's steps have run when its picture
-// is taken: the middle one (at least the first; never the last, so that
-// the lesson is held, mid-run, with its heatmap as the step left it).
-func lessonShotStep(steps int) int {
-	return max(1, min((steps+1)/2, steps-1))
+// lessonShotStep is how many of l's steps have run when its picture is
+// taken: l.Picture, or the middle step. Every step is held at the state it
+// explains, the last one too.
+func lessonShotStep(l *lesson.Lesson) int {
+	if l.Picture >= 1 && l.Picture <= len(l.Steps) {
+		return l.Picture
+	}
+	return max(1, (len(l.Steps)+1)/2)
 }
 
 // screenshot plays the scripted session and quits (own goroutine).
@@ -195,7 +198,7 @@ func (a *App) shotConversations() (first int64, err error) {
 // steps have run (pressing Next until then), and stops it.
 func (a *App) shotLesson(l *lesson.Lesson, path string) error {
 	v := a.teach.lessons
-	want := lessonShotStep(len(l.Steps))
+	want := lessonShotStep(l)
 	onUI(func() {
 		a.win.Resize(LessonShotSize)
 		v.pace.SetSelected(Paces[0].Name) // held until Next
