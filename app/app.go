@@ -23,6 +23,7 @@ import (
 	"kvscope/app/uithread"
 	"kvscope/engine"
 	"kvscope/engine/kvcache"
+	"kvscope/loader"
 )
 
 // ID is the application identifier, as in FyneApp.toml.
@@ -465,7 +466,7 @@ func (a *App) use(l *loaded, e *engine.Engine, problems []string, delay time.Dur
 	a.info.Items = items
 	a.info.Refresh()
 	a.controls.show(e.Config(), e.Snapshot())
-	status := fmt.Sprintf("%s: %d layers, context %d tokens; %s.", l.name, l.m.Layers, l.m.Context, l.backend)
+	status := fmt.Sprintf("%s: %d layers, context %d tokens; %s.", l.name, l.m.Layers, l.m.Context, loader.ShortBackend(l.backend)) // the Model tab gives the library's path
 	if len(a.problems) > 0 {
 		status += " " + strings.Join(a.problems, " ")
 		a.problems = nil

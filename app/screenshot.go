@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/container"
 	"fyne.io/fyne/v2/driver/software"
 
 	"kvscope/app/inspector"
@@ -35,8 +36,12 @@ import (
 //     template named in the conversation's mode bar, and the note above
 //     the messages says that this was chosen for the screenshot. A model
 //     given with -m uses its own template, or plain completion, as usual.
+//   - Before any model is open, the first-run screen is saved at 1024×700
+//     as first-run.png beside the main picture.
 //   - At 1280×800, with the first conversation shown and its block table
 //     drawn on the Inspector tab, the main picture is saved.
+//   - At 1024×700, the Controls tab scrolled to its capacity view is
+//     saved as capacity.png.
 //   - At 1024×700, each lesson of package lesson plays through the
 //     Teaching tab's runner, is held at its pictured step (Lesson.Picture,
 //     see lessonShotStep), and is saved as lesson-NAME.png beside the
@@ -97,6 +102,11 @@ func (a *App) screenshot(modelPath, out string) {
 		fmt.Fprintln(os.Stderr, "kvscope: screenshot:", err)
 		os.Exit(1)
 	}
+	dir := filepath.Dir(out)
+	// The first-run screen, before any model is open.
+	if err := a.saveShot(filepath.Join(dir, "first-run.png"), LessonShotSize); err != nil {
+		fail(err)
+	}
 	if err := a.OpenModel(modelPath); err != nil {
 		fail(err)
 	}
@@ -116,7 +126,20 @@ func (a *App) screenshot(modelPath, out string) {
 	if err := a.saveShot(out, ScreenshotSize); err != nil {
 		fail(err)
 	}
-	dir := filepath.Dir(out)
+	// The Controls tab scrolled to the capacity view.
+	onUI(func() {
+		a.win.Resize(LessonShotSize)
+		a.tabs.Select(a.tabControls)
+	})
+	time.Sleep(300 * time.Millisecond) // laid out at the new size
+	onUI(func() {
+		if sc, ok := a.controls.root.(*container.Scroll); ok {
+			sc.ScrollToBottom()
+		}
+	})
+	if err := a.saveShot(filepath.Join(dir, "capacity.png"), LessonShotSize); err != nil {
+		fail(err)
+	}
 	for _, l := range lesson.All {
 		path := filepath.Join(dir, LessonShotName(l.Name))
 		if err := a.shotLesson(l, path); err != nil {

@@ -20,6 +20,7 @@ import (
 	"fyne.io/fyne/v2/widget"
 
 	"kvscope/app/uithread"
+	"kvscope/engine"
 	"kvscope/engine/gguf"
 	"kvscope/engine/tokenizer"
 	"kvscope/vllm/kvsub"
@@ -120,6 +121,7 @@ func newVLLMPanel(win fyne.Window) *vllmPanel {
 	)
 	p.rows = container.NewVBox()
 	p.total = widget.NewLabelWithStyle("No instance watched.", fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
+	p.total.Wrapping = fyne.TextWrapWord
 	p.pick = widget.NewSelect(nil, func(name string) {
 		p.mu.Lock()
 		p.shown = name
@@ -136,11 +138,11 @@ func newVLLMPanel(win fyne.Window) *vllmPanel {
 	p.pick.PlaceHolder = "(no instance)"
 	p.tree = NewTreeView()
 	p.details = widget.NewLabel("Hover a block for its details; tap one to select the chain that ends there.")
-	p.details.Truncation = fyne.TextTruncateEllipsis
+	p.details.Wrapping = fyne.TextWrapWord
 	p.text = widget.NewLabel("")
 	p.text.Wrapping = fyne.TextWrapWord
 	p.tokName = widget.NewLabel("No tokenizer: chains show as token ids.")
-	p.tokName.Truncation = fyne.TextTruncateEllipsis
+	p.tokName.Wrapping = fyne.TextWrapWord
 	p.tree.OnHover = func(d string) {
 		if d == "" {
 			d = "Hover a block for its details; tap one to select the chain that ends there."
@@ -148,12 +150,12 @@ func newVLLMPanel(win fyne.Window) *vllmPanel {
 		p.details.SetText(d)
 	}
 	p.tree.OnSelect = func(int) { p.showChain() }
-	openTok := widget.NewButton("Open tokenizer…", p.openTokenizer)
+	openTok := widget.NewButton("Open a tokenizer", p.openTokenizer)
 
-	p.usage = newChart(1, color.RGBA{0x4c, 0xc9, 0xf0, 0xff})
-	p.hits = newChart(1, color.RGBA{0x90, 0xe0, 0x6f, 0xff})
-	p.reqs = newChart(0, color.RGBA{0xf7, 0x7f, 0x00, 0xff})
-	p.pre = newChart(0, color.RGBA{0xe6, 0x39, 0x46, 0xff})
+	p.usage = newChart(1, percentAxis, color.RGBA{0x4c, 0xc9, 0xf0, 0xff})
+	p.hits = newChart(1, percentAxis, color.RGBA{0x90, 0xe0, 0x6f, 0xff})
+	p.reqs = newChart(0, countAxis, color.RGBA{0xf7, 0x7f, 0x00, 0xff})
+	p.pre = newChart(0, countAxis, color.RGBA{0xe6, 0x39, 0x46, 0xff})
 	p.usage.set("KV-cache usage", nil)
 	p.hits.set("Prefix-cache hit rate", nil)
 	p.reqs.set("Requests running", nil)
@@ -208,6 +210,7 @@ func (p *vllmPanel) AddSource(src kvsub.Source, metricsURL string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &source{src: sub.Source(), metricsURL: metricsURL, cancel: cancel, done: make(chan struct{})}
 	s.row = widget.NewLabel(src.Name + ": connecting…")
+	s.row.Wrapping = fyne.TextWrapWord
 	p.cluster.Source(src.Name) // its row shows before its first batch
 	if metricsURL != "" {
 		s.series = metrics.NewSeries(600)
@@ -234,7 +237,7 @@ func (p *vllmPanel) AddSource(src kvsub.Source, metricsURL string) error {
 	})
 	if s.series != nil {
 		wg.Go(func() {
-			metrics.Poll(ctx, nil, metricsURL, "", time.Second, s.series, s.setProblem)
+			metrics.Poll(ctx, nil, metricsURL, "", SampleEvery, s.series, s.setProblem)
 		})
 	}
 	go func() {
@@ -257,7 +260,9 @@ func (p *vllmPanel) AddSource(src kvsub.Source, metricsURL string) error {
 	}
 	p.mu.Unlock()
 	remove := widget.NewButton("Stop", func() { p.removeSource(src.Name) })
-	p.rows.Add(container.NewBorder(nil, nil, nil, remove, s.row))
+	// The button keeps its own height at the row's top right, beside the
+	// row's text, never over it.
+	p.rows.Add(container.NewBorder(nil, nil, nil, container.NewVBox(remove), s.row))
 	p.pick.SetOptions(names)
 	if p.pick.Selected == "" {
 		p.pick.SetSelected(src.Name)
@@ -358,7 +363,7 @@ func (p *vllmPanel) compute() frame {
 		a, r := c.Churn(ChurnWindow)
 		storedPS += a
 		removedPS += r
-		row := fmt.Sprintf("%s\n%d cached blocks in %d chains, %d evicted\nchurn +%.1f / −%.1f blocks/s", s.src.Name, st.Blocks, st.Roots, st.Removed, a, r)
+		row := fmt.Sprintf("%s\n%s in %s, %d evicted\nchurn +%.1f / −%.1f blocks/s", s.src.Name, engine.Count(st.Blocks, "cached block"), engine.Count(st.Roots, "chain"), st.Removed, a, r)
 		if s.series != nil {
 			if m, ok := s.series.Last(); ok {
 				row += fmt.Sprintf("\nprefix hit rate %.1f%% (%.1f%% lately)\nusage %.1f%%, %.0f running, %.0f waiting", 100*m.HitRate(), 100*s.series.HitRate(ChurnWindow*3), 100*m.KVCacheUsage, m.Running, m.Waiting)
@@ -368,7 +373,7 @@ func (p *vllmPanel) compute() frame {
 			}
 		}
 		if st.Lost > 0 {
-			row += fmt.Sprintf("\n%d batches lost: the picture may be incomplete", st.Lost)
+			row += fmt.Sprintf("\n%s lost: the picture may be incomplete", engine.Count(int(st.Lost), "batch"))
 		}
 		if pr := s.lastProblem(); pr != "" {
 			row += "\nlast problem: " + pr
@@ -388,7 +393,8 @@ func (p *vllmPanel) compute() frame {
 	}
 	if len(sources) > 0 {
 		total, distinct := p.cluster.Total()
-		f.total = fmt.Sprintf("Total, %d instances\n%d cached blocks (%d distinct), %d tokens\nchurn +%.1f / −%.1f blocks/s, %d evicted", len(sources), total.Blocks, distinct, total.Tokens, storedPS, removedPS, total.Removed)
+		f.total = fmt.Sprintf("Total, %s\n%s (%d distinct), %s\nchurn +%.1f / −%.1f blocks/s, %d evicted", engine.Count(len(sources), "instance"),
+			engine.Count(total.Blocks, "cached block"), distinct, engine.Count(total.Tokens, "token"), storedPS, removedPS, total.Removed)
 		if nMet > 0 {
 			f.total += fmt.Sprintf("\nprefix hit rate %.1f%%", 100*sum.HitRate())
 		}
