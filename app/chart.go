@@ -123,8 +123,7 @@ func newChart(title, unit string) *chart {
 	yAxis := container.NewGridWithRows(3, container.NewVBox(c.yTop), container.NewCenter(c.yMid),
 		container.NewVBox(layout.NewSpacer(), axisText("0 "+unit)))
 	xAxis := axisText("token position →")
-	// The x axis's name and the legend share one row, under the plot.
-	c.box = container.NewBorder(c.top, container.NewHBox(xAxis, c.legend), yAxis, nil, c.raster)
+	c.box = container.NewBorder(c.top, container.NewVBox(xAxis, c.legend), yAxis, nil, c.raster)
 	c.ExtendBaseWidget(c)
 	return c
 }

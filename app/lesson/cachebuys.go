@@ -84,7 +84,7 @@ var CacheBuys = &Lesson{
 			with, without := v.Get("with").(*Req), v.Get("without").(*Req)
 			s, err := v.RunUntil(ended(without))
 			if err == nil {
-				v.Chart(Series{Name: "with the KV cache", Y: with.Gaps()}, Series{Name: "without (recompute the prefix)", Y: without.Gaps()})
+				v.Chart(Series{Name: "with the KV cache", Y: with.Gaps()}, Series{Name: "without it", Y: without.Gaps()})
 			}
 			return s, err
 		},
