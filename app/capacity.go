@@ -1,3 +1,6 @@
+// This file holds the Controls tab's capacity view: how many sequences of a
+// chosen length fit at each K/V precision and block size.
+
 package app
 
 import (

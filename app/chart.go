@@ -1,3 +1,6 @@
+// This file holds the line chart of a lesson (time per token against
+// position) and RenderSeries, which draws it.
+
 package app
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the lesson bar above the heatmap and the Teaching tab's
+// list of lessons: starting, showing and stopping a lesson.
+
 package app
 
 import (

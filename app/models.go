@@ -1,3 +1,6 @@
+// This file holds a loaded model as the app keeps it: how it is loaded,
+// its note for the chat pane and its rows on the Model tab.
+
 package app
 
 import (

@@ -1,3 +1,6 @@
+// This file holds `make screenshot`'s scripted session and how it saves the
+// window's pictures.
+
 package app
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the Teaching tab: step mode (pause, step, resume, slow
+// motion), with the lessons and the synthetic users.
+
 package app
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the load generator: synthetic users that send requests
+// of a given prompt and reply length.
+
 package lesson
 
 import (

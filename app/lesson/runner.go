@@ -1,3 +1,6 @@
+// This file holds the Runner, which plays a lesson from a clean state,
+// checks each step and holds the engine there, and puts the settings back.
+
 package lesson
 
 import (
