@@ -94,7 +94,7 @@ func newLessonView(a *App) *lessonView {
 	v.promise.Importance = widget.LowImportance
 	v.result = widget.NewLabelWithStyle("", fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
 	v.result.Wrapping = fyne.TextWrapWord
-	v.chart = newChart("time per token (ms) against position", "ms")
+	v.chart = newChart("time per token (ms), by position", "ms")
 	v.chart.raster.SetMinSize(fyne.NewSize(200, lessonChartRaster))
 	v.chart.Hide()
 	v.next = widget.NewButtonWithIcon("Next", theme.MediaSkipNextIcon(), func() {
