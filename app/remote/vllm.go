@@ -161,7 +161,7 @@ func newVLLMPanel(win fyne.Window) *vllmPanel {
 	treeTop := container.NewBorder(nil, nil, widget.NewLabel("Prefix cache of"), nil, p.pick)
 	chainText := container.NewVScroll(p.text)
 	chainText.SetMinSize(fyne.NewSize(0, 96))
-	treeBottom := container.NewVBox(p.details, container.NewBorder(nil, nil, openTok, nil, p.tokName), chainText)
+	treeBottom := container.NewVBox(p.details, container.NewBorder(nil, nil, container.NewVBox(openTok), nil, p.tokName), chainText)
 	treePane := container.NewBorder(treeTop, treeBottom, nil, nil, p.tree)
 	right := container.NewHSplit(treePane, charts)
 	right.Offset = 0.72
