@@ -187,3 +187,20 @@ func TestRunnerStopRestores(t *testing.T) {
 		t.Errorf("after the stop: %d requests, paused %v", len(s.Requests), s.Paused)
 	}
 }
+
+// copies says a step's copy-on-write pairs in words.
+func TestCopies(t *testing.T) {
+	for _, c := range []struct {
+		pairs []int
+		want  string
+	}{
+		{[]int{2, 3}, "block 2 into 3"},
+		{[]int{2, 3, 2, 4, 2, 5}, "block 2 into 3, 4 and 5"},
+		{[]int{2, 3, 7, 8}, "block 2 into 3; block 7 into 8"},
+		{nil, ""},
+	} {
+		if got := copies(c.pairs); got != c.want {
+			t.Errorf("copies(%v) = %q, want %q", c.pairs, got, c.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ package lesson
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	"kvscope/engine"
@@ -103,9 +104,29 @@ var Parallel = &Lesson{
 			q := v.Get("q").(*Req)
 			rows := v.Get("rows").(*prefillRows).get()
 			cow := s.Cache.Metrics.CoWCopies
-			return fmt.Sprintf("%s computed for 4 samples of a prompt of %s (%s); this step copied %s on write (%v), %d so far",
-					engine.Count(rows, "prompt row"), engine.Count(q.Prompt, "token"), times(rows, q.Prompt), engine.Count(len(s.Last.Copied), "block"), s.Last.Copied, cow),
-				rows == q.Prompt && len(s.Last.Copied) > 0
+			return fmt.Sprintf("%s computed for 4 samples of a prompt of %s (%s); this step copied %s on write (%s so far)",
+					engine.Count(rows, "prompt row"), engine.Count(q.Prompt, "token"), times(rows, q.Prompt), copies(s.Last.Copied), engine.Count(int(cow), "copy")),
+				rows == q.Prompt && len(s.Last.Copied) >= 2
 		},
 	}},
+}
+
+// copies says which blocks a step copied on write, from its (old, new)
+// pairs: "block 2 into 3, 4 and 5".
+func copies(pairs []int) string {
+	var parts []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		old, nw := pairs[i], pairs[i+1]
+		if i > 0 && pairs[i-2] == old {
+			parts[len(parts)-1] += fmt.Sprintf(", %d", nw)
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("block %d into %d", old, nw))
+	}
+	for j, p := range parts {
+		if k := strings.LastIndex(p, ", "); k >= 0 {
+			parts[j] = p[:k] + " and " + p[k+2:]
+		}
+	}
+	return strings.Join(parts, "; ")
 }
