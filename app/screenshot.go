@@ -66,10 +66,13 @@ var (
 	LessonShotSize = fyne.NewSize(1024, 700)
 )
 
-// capacityShotLength is the sequence length the capacity view's picture
-// is drawn for: long enough on the demo model that the precisions and
-// block sizes differ.
-const capacityShotLength = 2048
+// The capacity view's picture is drawn for sequences of
+// capacityShotLength tokens in a budget of capacityShotBudget bytes, where
+// the precisions and block sizes differ on the demo model.
+const (
+	capacityShotLength = 1024
+	capacityShotBudget = int64(8 << 20)
+)
 
 // lessonShotTimeout bounds the wait for a lesson to reach its picture.
 const lessonShotTimeout = 3 * time.Minute
@@ -135,14 +138,18 @@ func (a *App) screenshot(modelPath, out string) {
 		fail(err)
 	}
 	// The Controls tab scrolled to the capacity view, for sequences of
-	// capacityShotLength tokens. The server card above it is left out of
-	// the picture: Fyne's software painter draws the text of entries
-	// scrolled out of sight over the tabs.
+	// capacityShotLength tokens with the budget set to capacityShotBudget
+	// (the slider applies it; the automatic budget would give every
+	// precision the same blocks, so every cell would read alike). The
+	// server card above it is left out of the picture: Fyne's software
+	// painter draws the text of entries scrolled out of sight over the
+	// tabs.
 	onUI(func() {
 		a.win.Resize(LessonShotSize)
 		a.tabs.Select(a.tabControls)
 		a.controls.serve.root.Hide()
 		a.controls.capacity.length.SetValue(capacityShotLength)
+		a.controls.budget.SetValue(float64(nearest(Budgets, capacityShotBudget)))
 	})
 	time.Sleep(300 * time.Millisecond) // laid out at the new size
 	onUI(func() {
@@ -153,7 +160,12 @@ func (a *App) screenshot(modelPath, out string) {
 	if err := a.saveShot(filepath.Join(dir, "capacity.png"), LessonShotSize); err != nil {
 		fail(err)
 	}
-	onUI(func() { a.controls.serve.root.Show() })
+	onUI(func() {
+		a.controls.serve.root.Show()
+		if e := a.Engine(); e != nil {
+			a.controls.show(e.Config(), e.Snapshot()) // the sliders on the settings in force
+		}
+	})
 	for _, l := range lesson.All {
 		path := filepath.Join(dir, LessonShotName(l.Name))
 		if err := a.shotLesson(l, path); err != nil {
