@@ -5,6 +5,7 @@ package lesson
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/dustin/go-humanize"
 
@@ -38,6 +39,7 @@ var CacheBuys = &Lesson{
 				return nil, err
 			}
 			v.Set("with", q)
+			v.Set("with times", trackDecode(v, q))
 			return v.StepUntil(ended(q), func(s *engine.Snapshot) bool { return generated(s, q) >= cacheHoldAt })
 		},
 		Check: func(v *Env, s *engine.Snapshot) (string, bool) {
@@ -65,6 +67,7 @@ var CacheBuys = &Lesson{
 				return nil, err
 			}
 			v.Set("without", q)
+			v.Set("without times", trackDecode(v, q))
 			return v.StepUntil(ended(q), func(s *engine.Snapshot) bool { return generated(s, q) >= cacheHoldAt })
 		},
 		Check: func(v *Env, s *engine.Snapshot) (string, bool) {
@@ -78,13 +81,13 @@ var CacheBuys = &Lesson{
 				r.Samples[0].Generated), w.Start == 0 && w.Tokens >= r.Samples[0].Tokens-1 && w.Tokens > 1
 		},
 	}, {
-		Explain: "Both replies done: the same text, but without the cache every token cost more than the last. The chart shows the time per token.",
+		Explain: "Both replies done: the same text, but without the cache every token cost more than the last. The chart shows the time of each token's step.",
 		Promise: "every token recomputed its prefix, and the text is the same",
 		Do: func(v *Env) (*engine.Snapshot, error) {
-			with, without := v.Get("with").(*Req), v.Get("without").(*Req)
+			without := v.Get("without").(*Req)
 			s, err := v.RunUntil(ended(without))
 			if err == nil {
-				v.Chart(Series{Name: "with the KV cache", Y: with.Gaps()}, Series{Name: "without it", Y: without.Gaps()})
+				v.Chart(Series{Name: "with the KV cache", Y: v.Get("with times").(*decodeTimes).get()}, Series{Name: "without it", Y: v.Get("without times").(*decodeTimes).get()})
 			}
 			return s, err
 		},
@@ -97,7 +100,7 @@ var CacheBuys = &Lesson{
 				want += b.PromptTokens + j
 			}
 			same := with.Text(0) == without.Text(0)
-			gaps := without.Gaps()
+			gaps := v.Get("without times").(*decodeTimes).get()
 			q := max(len(gaps)/4, 1)
 			text := "the same text"
 			if !same {
@@ -109,4 +112,45 @@ var CacheBuys = &Lesson{
 				b.Computed >= want && same && a.Computed == a.PromptTokens+a.Generated-1 && a.Generated == cacheReply
 		},
 	}},
+}
+
+// decodeTimes records the milliseconds of each step that computed one of a
+// request's generated tokens (its prompt's step left out), as the engine
+// timed them: the lesson's holds between steps do not count (on the
+// engine's goroutine).
+type decodeTimes struct {
+	mu   sync.Mutex
+	id   uint64
+	last int64 // the snapshot's step last seen
+	seen bool  // the prompt's step has run
+	ms   []float64
+}
+
+// trackDecode starts recording q's decode steps; the paused engine has not
+// run q yet.
+func trackDecode(v *Env, q *Req) *decodeTimes {
+	d := &decodeTimes{id: q.ID, last: v.E.Snapshot().Step}
+	v.Track(d.see)
+	return d
+}
+
+func (d *decodeTimes) see(s *engine.Snapshot) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.Step == d.last {
+		return // published again with no step between (paused)
+	}
+	d.last = s.Step
+	if _, ok := work(s, d.id, 0); ok {
+		if d.seen { // the first step computes the prompt (and the first token)
+			d.ms = append(d.ms, float64(s.Last.Duration.Microseconds())/1000)
+		}
+		d.seen = true
+	}
+}
+
+func (d *decodeTimes) get() []float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]float64(nil), d.ms...)
 }

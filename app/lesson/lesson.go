@@ -31,7 +31,6 @@ package lesson
 import (
 	"context"
 	"sync"
-	"time"
 
 	"kvscope/engine"
 	"kvscope/engine/kvcache"
@@ -168,7 +167,6 @@ type Req struct {
 	mu     sync.Mutex
 	texts  []string
 	finals []engine.Chunk
-	times  []time.Time // when each of sample 0's tokens came
 }
 
 // Submit sends a request labelled for the heatmap and reads its stream.
@@ -194,8 +192,6 @@ func (v *Env) Submit(r engine.Request) (*Req, error) {
 			q.texts[c.Sample] += c.Text
 			if c.Done {
 				q.finals[c.Sample] = c
-			} else if c.Sample == 0 {
-				q.times = append(q.times, time.Now())
 			}
 			q.mu.Unlock()
 		}
@@ -231,18 +227,6 @@ func (q *Req) Finals() []engine.Chunk {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return append([]engine.Chunk(nil), q.finals...)
-}
-
-// Gaps returns the milliseconds between sample 0's tokens (the first
-// token's wait, the prompt's prefill, left out).
-func (q *Req) Gaps() []float64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	var ms []float64
-	for i := 1; i < len(q.times); i++ {
-		ms = append(ms, float64(q.times[i].Sub(q.times[i-1]).Microseconds())/1000)
-	}
-	return ms
 }
 
 // Info finds the request in a snapshot.
