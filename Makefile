@@ -139,8 +139,10 @@ bench: build $(NATIVE_LIB)
 # screenshot opens the real window under Xvfb and runs a short scripted
 # session on the demo model (app.ScreenshotEnv): two conversations through
 # a chat template named in the conversation, saved at 1280x800 as
-# assets/screenshot.png, then each lesson held in mid-run at 1024x700, saved
-# as assets/lesson-NAME.png. It takes a few minutes.
+# assets/screenshot.png, then each lesson held at its pictured step at 1024x700, saved
+# as assets/lesson-NAME.png, with the first-run screen (assets/first-run.png)
+# and the Controls tab's capacity view (assets/capacity.png) at 1024x700.
+# It takes a few minutes.
 screenshot: EXTRA_PKGS = $(SHOT_PKGS)
 screenshot: build
 	xvfb-run -a -s "-screen 0 1280x800x24" env KVSCOPE_SCREENSHOT=assets/screenshot.png ./$(BIN)

@@ -263,7 +263,9 @@ func playLesson(t *testing.T, a *App, l *lesson.Lesson) string {
 		if !v.next.Disabled() {
 			test.Tap(v.next)
 		}
-		figures = v.figures.Text
+		if v.run != nil {
+			figures = strings.Join(v.run.lines, "\n")
+		}
 		return v.run != nil && v.run.ended
 	})
 	return figures

@@ -1,3 +1,6 @@
+// This file holds the Controls tab's capacity view: how many sequences of a
+// chosen length fit at each K/V precision and block size.
+
 package app
 
 import (
@@ -27,6 +30,7 @@ type capacityView struct {
 	lengthLab *widget.Label
 	cells     map[capacityKey]*widget.Label
 	note      *widget.Label
+	grid      *fyne.Container // the table of sequences that fit
 	root      fyne.CanvasObject
 
 	m       *model.Model  // the loaded model (nil: none)
@@ -66,6 +70,7 @@ func newCapacityView() *capacityView {
 	title := widget.NewLabelWithStyle("Capacity: sequences that fit at once", fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
 	cols := widget.NewLabel("Columns: block size in tokens; rows: K and V precision; cells: sequences of the chosen length that fit.")
 	cols.Wrapping = fyne.TextWrapWord
+	v.grid = grid
 	v.root = container.NewVBox(widget.NewSeparator(), title,
 		container.NewBorder(nil, nil, widget.NewLabel("Sequence length"), v.lengthLab, v.length), cols, grid, v.note)
 	return v

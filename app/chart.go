@@ -1,3 +1,6 @@
+// This file holds the line chart of a lesson (time per token against
+// position) and RenderSeries, which draws it.
+
 package app
 
 import (
@@ -102,6 +105,7 @@ type chart struct {
 func newChart(title, unit string) *chart {
 	c := &chart{unit: unit, top: widget.NewLabel(title)}
 	c.top.Importance = widget.LowImportance
+	c.top.Wrapping = fyne.TextWrapWord
 	c.raster = canvas.NewRaster(func(w, h int) image.Image {
 		c.mu.Lock()
 		defer c.mu.Unlock()

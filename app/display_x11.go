@@ -1,5 +1,7 @@
 //go:build (linux || freebsd || openbsd || netbsd) && !android
 
+// This file holds the X11 display check made before the window opens.
+
 package app
 
 import (

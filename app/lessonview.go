@@ -1,3 +1,6 @@
+// This file holds the lesson bar above the heatmap and the Teaching tab's
+// list of lessons: starting, showing and stopping a lesson.
+
 package app
 
 import (
@@ -10,6 +13,7 @@ import (
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/container"
+	"fyne.io/fyne/v2/layout"
 	"fyne.io/fyne/v2/theme"
 	"fyne.io/fyne/v2/widget"
 
@@ -26,20 +30,14 @@ var Paces = []struct {
 	D    time.Duration
 }{{"Wait for Next", 0}, {"Next after 3 s", 3 * time.Second}, {"Next after 6 s", 6 * time.Second}, {"Next after 10 s", 10 * time.Second}}
 
-// lessonTextHeight is the height of the lesson bar's text band: about
-// three lines, so that the bar stays compact above the heatmap.
-const lessonTextHeight = 70
-
-// lessonChartHeight is the text band's height while it shows a chart:
-// the explanation and the chart whole (the inspector scrolls under the
-// bar where the window is short, so the heatmap keeps its height; see
-// lessonRoom).
-const lessonChartHeight = 170
+// lessonChartRaster is the height of a lesson chart's plot: low, so that
+// the bar with its chart leaves the heatmap in sight at 1024×700.
+const lessonChartRaster = 64
 
 // lessonView plays the lessons of package lesson: the Teaching tab lists
 // them, and while one runs its bar, above the heatmap on the Inspector
-// tab, shows the step's explanation, each promised figure as checked, and
-// Next, the pace and Stop.
+// tab, shows the step's explanation, the figure it promises and the
+// check's result, whole (no scrolling), and Next, the pace and Stop.
 type lessonView struct {
 	a *App
 
@@ -48,10 +46,11 @@ type lessonView struct {
 	bar     *fyne.Container // above the heatmap while a lesson is shown
 	host    *fyne.Container // the Inspector tab's content, laid out again as the bar comes and goes
 	title   *widget.Label
-	explain *widget.Label
-	figures *widget.Label
+	explain *widget.Label // the step's explanation
+	promise *widget.Label // the figure it promises
+	result  *widget.Label // the check's result: held or not, with what was measured
 	chart   *chart
-	text    *container.Scroll // explain, figures and chart, in a band of bounded height
+	figs    *fyne.Container // the promise and the result, with the chart beside them when there is one
 	next    *widget.Button
 	stopBtn *widget.Button
 	pace    *widget.Select
@@ -68,8 +67,9 @@ type lessonRun struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed once the runner has put everything back
 	ended  bool
-	lines  []string      // the figures so far
-	res    lesson.Result // what the runner measured: set before done is closed
+	lines  []string         // the figures so far, one a step
+	held   *engine.Snapshot // the snapshot the shown step was checked on, which the engine holds
+	res    lesson.Result    // what the runner measured: set before done is closed
 }
 
 func newLessonView(a *App) *lessonView {
@@ -89,9 +89,13 @@ func newLessonView(a *App) *lessonView {
 	v.title.Wrapping = fyne.TextWrapWord // whole beside the buttons, on more lines if need be
 	v.explain = widget.NewLabel("")
 	v.explain.Wrapping = fyne.TextWrapWord
-	v.figures = widget.NewLabel("")
-	v.figures.Wrapping = fyne.TextWrapWord
-	v.chart = newChart("time per token (ms) against position", "ms")
+	v.promise = widget.NewLabel("")
+	v.promise.Wrapping = fyne.TextWrapWord
+	v.promise.Importance = widget.LowImportance
+	v.result = widget.NewLabelWithStyle("", fyne.TextAlignLeading, fyne.TextStyle{Bold: true})
+	v.result.Wrapping = fyne.TextWrapWord
+	v.chart = newChart("time per token (ms), by position", "ms")
+	v.chart.raster.SetMinSize(fyne.NewSize(200, lessonChartRaster))
 	v.chart.Hide()
 	v.next = widget.NewButtonWithIcon("Next", theme.MediaSkipNextIcon(), func() {
 		if v.run != nil && !v.run.ended {
@@ -118,13 +122,14 @@ func newLessonView(a *App) *lessonView {
 		}
 		v.stop()
 	})
-	// The text scrolls in a band of fixed height, so the heatmap below
-	// keeps its room however long the figures grow; the buttons stay in
-	// sight above it.
-	v.text = container.NewVScroll(container.NewVBox(v.explain, v.figures, v.chart))
-	v.text.SetMinSize(fyne.NewSize(0, lessonTextHeight))
+	// The step's text is shown whole: one step at a time, its
+	// explanation, promise and result (the inspector scrolls under the
+	// bar where the window is short, and the heatmap stays in sight; see
+	// lessonRoom).
+	v.figs = container.NewVBox()
+	v.showChart(false)
 	v.bar = container.NewVBox(container.NewBorder(nil, nil, nil, container.NewHBox(v.next, v.pace, v.stopBtn), v.title),
-		v.text, widget.NewSeparator())
+		v.explain, v.figs, widget.NewSeparator())
 	v.bar.Hide()
 	return v
 }
@@ -191,9 +196,10 @@ func (v *lessonView) start(l *lesson.Lesson) {
 		intro += fmt.Sprintf(" (%d %s stopped for the lesson; the text so far is kept.)", stopped, plural(stopped, "reply", "replies"))
 	}
 	v.explain.SetText(intro)
-	v.figures.SetText("")
-	v.chart.Hide()
-	v.text.SetMinSize(fyne.NewSize(0, lessonTextHeight))
+	v.promise.SetText("")
+	v.result.SetText("")
+	v.showChart(false)
+	v.next.SetText("Next")
 	v.next.Disable()
 	v.stopBtn.SetText("Stop")
 	v.showBar(true)
@@ -219,8 +225,7 @@ func (v *lessonView) progress(r *lessonRun, p lesson.Progress) {
 			ss = append(ss, Series{Name: s.Name, Color: lessonColors[i%len(lessonColors)], Y: s.Y})
 		}
 		v.chart.set(ss)
-		v.chart.Show()
-		v.text.SetMinSize(fyne.NewSize(0, lessonChartHeight))
+		v.showChart(true)
 		if v.host != nil {
 			v.host.Refresh() // the bar grows
 		}
@@ -242,6 +247,7 @@ func (v *lessonView) progress(r *lessonRun, p lesson.Progress) {
 			}
 		}
 		v.title.SetText(end)
+		v.next.SetText("Next")
 		v.next.Disable()
 		v.stopBtn.SetText("Close")
 		v.a.insp.SetMode(v.userMode)
@@ -251,17 +257,51 @@ func (v *lessonView) progress(r *lessonRun, p lesson.Progress) {
 	case p.Figure == nil:
 		v.title.SetText(fmt.Sprintf("Lesson: %s — step %d of %d", r.l.Name, p.Index+1, n))
 		v.explain.SetText(p.Step.Explain)
+		v.promise.SetText("Promised: " + p.Step.Promise)
+		v.result.SetText("Running the scheduler step by step to the moment this step explains…")
 		v.next.Disable()
 		if e := v.a.Engine(); e == r.e {
 			v.a.controls.show(e.Config(), e.Snapshot()) // the lesson's settings
 		}
 	default:
 		r.lines = append(r.lines, fmt.Sprintf("Step %d: %s", p.Index+1, p.Figure))
-		v.figures.SetText(strings.Join(r.lines, "\n"))
+		r.held = p.Snapshot
+		v.result.SetText(checkText(*p.Figure))
+		if p.Last {
+			v.next.SetText("Finish")
+		}
 		if p.Waiting {
 			v.next.Enable()
 		}
+		if v.host != nil {
+			v.host.Refresh() // the bar's height follows its lines
+		}
 	}
+}
+
+// showChart lays out the promise and the result alone, or with the
+// lesson's chart beside them (so that the bar stays short enough for the
+// heatmap to be in sight under it at 1024×700).
+func (v *lessonView) showChart(on bool) {
+	text := container.NewVBox(v.promise, v.result)
+	if on {
+		v.chart.Show()
+		v.figs.Layout = layout.NewGridLayoutWithColumns(2)
+		v.figs.Objects = []fyne.CanvasObject{text, v.chart}
+	} else {
+		v.chart.Hide()
+		v.figs.Layout = layout.NewVBoxLayout()
+		v.figs.Objects = []fyne.CanvasObject{text}
+	}
+	v.figs.Refresh()
+}
+
+// checkText says a step's check: held or not, with what was measured.
+func checkText(f lesson.Figure) string {
+	if f.Held {
+		return "✓ Held: " + f.Got
+	}
+	return "✗ Did not hold: " + f.Got
 }
 
 // showBar shows or hides the bar above the heatmap.

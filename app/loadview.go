@@ -1,3 +1,6 @@
+// This file holds the Teaching tab's synthetic-users card: starting and
+// stopping a load and how it is going.
+
 package app
 
 import (

@@ -6,59 +6,19 @@ import (
 	"testing"
 
 	"fyne.io/fyne/v2"
-	"fyne.io/fyne/v2/canvas"
 	"fyne.io/fyne/v2/container"
 	"fyne.io/fyne/v2/test"
 	"fyne.io/fyne/v2/widget"
 
 	"kvscope/app/inspector"
+	"kvscope/app/internal/layoutcheck"
 	"kvscope/app/store"
 	"kvscope/app/uithread"
 )
 
-// cutOff lists what in o's tree is drawn smaller than it needs: an object
-// whose size is under its MinSize, a label whose text is shown with an
-// ellipsis, a text drawn narrower than its words. Scrolled content and
-// list rows (the event log's, one line an event) are not looked into: they
-// scroll; rectangles have nothing to read.
-func cutOff(o fyne.CanvasObject) []string {
-	var out []string
-	var walk func(o fyne.CanvasObject, path string)
-	walk = func(o fyne.CanvasObject, path string) {
-		if o == nil || !o.Visible() {
-			return
-		}
-		name := fmt.Sprintf("%T", o)
-		switch x := o.(type) {
-		case *widget.Label:
-			name = fmt.Sprintf("label %q", x.Text)
-		case *canvas.Text:
-			name = fmt.Sprintf("text %q", x.Text)
-			if strings.HasSuffix(x.Text, "…") {
-				out = append(out, path+" > "+name+": cut off with an ellipsis")
-			}
-		case *canvas.Rectangle, *canvas.Line, *canvas.Circle:
-			return
-		}
-		path += " > " + name
-		if min, size := o.MinSize(), o.Size(); min.Width > size.Width+0.5 || min.Height > size.Height+0.5 {
-			out = append(out, fmt.Sprintf("%s: %.0f×%.0f, needs %.0f×%.0f", path, size.Width, size.Height, min.Width, min.Height))
-		}
-		switch x := o.(type) {
-		case *container.Scroll, *widget.List:
-		case *fyne.Container:
-			for _, k := range x.Objects {
-				walk(k, path)
-			}
-		case fyne.Widget:
-			for _, k := range test.WidgetRenderer(x).Objects() {
-				walk(k, path)
-			}
-		}
-	}
-	walk(o, "")
-	return out
-}
+// cutOff lists what in o's tree is drawn smaller than it needs (see
+// layoutcheck.CutOff).
+func cutOff(o fyne.CanvasObject) []string { return layoutcheck.CutOff(o) }
 
 // At 1024×700 the inspector's gauges, history and the hovered block's
 // details are whole in every colour mode: nothing is drawn smaller than it
@@ -138,4 +98,69 @@ func detailsFit(t *testing.T, a *App) (need, shown float32) {
 		t.Fatalf("no scroll shows the details %q", text)
 	}
 	return need, shown
+}
+
+// At 1024×700 the Controls tab is whole: scrolled to its end, the capacity
+// view's table is in sight in full and at least 200 px tall, and no label
+// anywhere in the tab is cut off or drawn over.
+func TestControlsReadableAt1024x700(t *testing.T) {
+	a, w := newApp(t, t.TempDir())
+	if err := a.OpenModel(stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	size := fyne.NewSize(1024, 700)
+	uithread.Locked(func() {
+		w.Resize(size)
+		a.tabs.Select(a.tabControls)
+		w.Resize(size.AddWidthHeight(1, 0))
+		w.Resize(size)
+		sc, ok := a.controls.root.(*container.Scroll)
+		if !ok {
+			t.Fatalf("the Controls tab is a %T, not a scroll", a.controls.root)
+		}
+		sc.ScrollToBottom()
+		w.Canvas().Capture()
+		d := fyne.CurrentApp().Driver()
+		grid := a.controls.capacity.grid
+		top := d.AbsolutePositionForObject(grid).Y
+		bottom := top + grid.Size().Height
+		scTop := d.AbsolutePositionForObject(sc).Y
+		scBottom := scTop + sc.Size().Height
+		t.Logf("the capacity table: %.0f–%.0f px; the tab's scroll %.0f–%.0f px; the window %.0f px tall", top, bottom, scTop, scBottom, w.Canvas().Size().Height)
+		if grid.Size().Height < 200 {
+			t.Errorf("the capacity table is %.0f px tall, want at least 200", grid.Size().Height)
+		}
+		if top < scTop-0.5 || bottom > scBottom+0.5 || scBottom > w.Canvas().Size().Height+0.5 {
+			t.Errorf("scrolled to its end, the Controls tab shows %.0f–%.0f px of the window (%.0f tall); the capacity table is at %.0f–%.0f", scTop, scBottom, w.Canvas().Size().Height, top, bottom)
+		}
+		for _, c := range layoutcheck.Labels(cutOff(sc.Content)) {
+			t.Error(c)
+		}
+		for _, c := range layoutcheck.Labels(cutOff(w.Content())) {
+			if !strings.Contains(c, fmt.Sprintf("label %q", a.status.Text)) { // the status line is one line by design
+				t.Error(c)
+			}
+		}
+	})
+}
+
+// On the demo model the chat pane says once that its conversations are
+// plain completion: in the mode bar, not again in the note above it.
+func TestOnePlainCompletionNote(t *testing.T) {
+	a, _ := newApp(t, t.TempDir())
+	if err := a.OpenModel(DemoModel); err != nil {
+		t.Fatal(err)
+	}
+	uithread.Locked(func() {
+		var said []string
+		visit(a.chat, func(o fyne.CanvasObject) bool {
+			if l, ok := o.(*widget.Label); ok && l.Visible() && strings.Contains(strings.ToLower(l.Text), "plain completion") {
+				said = append(said, l.Text)
+			}
+			return false
+		})
+		if len(said) != 1 {
+			t.Errorf("the chat pane says plain completion %d times: %q", len(said), said)
+		}
+	})
 }

@@ -1,3 +1,6 @@
+// This file holds `make screenshot`'s scripted session and how it saves the
+// window's pictures.
+
 package app
 
 import (
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"fyne.io/fyne/v2"
+	"fyne.io/fyne/v2/container"
 	"fyne.io/fyne/v2/driver/software"
 
 	"kvscope/app/inspector"
@@ -35,12 +39,16 @@ import (
 //     template named in the conversation's mode bar, and the note above
 //     the messages says that this was chosen for the screenshot. A model
 //     given with -m uses its own template, or plain completion, as usual.
+//   - Before any model is open, the first-run screen is saved at 1024×700
+//     as first-run.png beside the main picture.
 //   - At 1280×800, with the first conversation shown and its block table
 //     drawn on the Inspector tab, the main picture is saved.
+//   - At 1024×700, the Controls tab scrolled to its capacity view is
+//     saved as capacity.png.
 //   - At 1024×700, each lesson of package lesson plays through the
-//     Teaching tab's runner, is held after the middle of its steps (see
-//     lessonShotStep), and is saved as lesson-NAME.png beside the main
-//     picture (see LessonShotName), then stopped.
+//     Teaching tab's runner, is held at its pictured step (Lesson.Picture,
+//     see lessonShotStep), and is saved as lesson-NAME.png beside the
+//     main picture (see LessonShotName), then stopped.
 const ScreenshotEnv = "KVSCOPE_SCREENSHOT"
 
 // ScreenshotAfter is how many tokens each conversation generates before
@@ -56,6 +64,14 @@ const shotMaxTokens = 3500
 var (
 	ScreenshotSize = fyne.NewSize(1280, 800)
 	LessonShotSize = fyne.NewSize(1024, 700)
+)
+
+// The capacity view's picture is drawn for sequences of
+// capacityShotLength tokens in a budget of capacityShotBudget bytes, where
+// the precisions and block sizes differ on the demo model.
+const (
+	capacityShotLength = 1024
+	capacityShotBudget = int64(8 << 20)
 )
 
 // lessonShotTimeout bounds the wait for a lesson to reach its picture.
@@ -81,11 +97,14 @@ func LessonShotName(name string) string {
 	return "lesson-" + b.String() + ".png"
 }
 
-// lessonShotStep is how many of a lesson's steps have run when its picture
-// is taken: the middle one (at least the first; never the last, so that
-// the lesson is held, mid-run, with its heatmap as the step left it).
-func lessonShotStep(steps int) int {
-	return max(1, min((steps+1)/2, steps-1))
+// lessonShotStep is how many of l's steps have run when its picture is
+// taken: l.Picture, or the middle step. Every step is held at the state it
+// explains, the last one too.
+func lessonShotStep(l *lesson.Lesson) int {
+	if l.Picture >= 1 && l.Picture <= len(l.Steps) {
+		return l.Picture
+	}
+	return max(1, (len(l.Steps)+1)/2)
 }
 
 // screenshot plays the scripted session and quits (own goroutine).
@@ -93,6 +112,11 @@ func (a *App) screenshot(modelPath, out string) {
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "kvscope: screenshot:", err)
 		os.Exit(1)
+	}
+	dir := filepath.Dir(out)
+	// The first-run screen, before any model is open.
+	if err := a.saveShot(filepath.Join(dir, "first-run.png"), LessonShotSize); err != nil {
+		fail(err)
 	}
 	if err := a.OpenModel(modelPath); err != nil {
 		fail(err)
@@ -113,7 +137,35 @@ func (a *App) screenshot(modelPath, out string) {
 	if err := a.saveShot(out, ScreenshotSize); err != nil {
 		fail(err)
 	}
-	dir := filepath.Dir(out)
+	// The Controls tab scrolled to the capacity view, for sequences of
+	// capacityShotLength tokens with the budget set to capacityShotBudget
+	// (the slider applies it; the automatic budget would give every
+	// precision the same blocks, so every cell would read alike). The
+	// server card above it is left out of the picture: Fyne's software
+	// painter draws the text of entries scrolled out of sight over the
+	// tabs.
+	onUI(func() {
+		a.win.Resize(LessonShotSize)
+		a.tabs.Select(a.tabControls)
+		a.controls.serve.root.Hide()
+		a.controls.capacity.length.SetValue(capacityShotLength)
+		a.controls.budget.SetValue(float64(nearest(Budgets, capacityShotBudget)))
+	})
+	time.Sleep(300 * time.Millisecond) // laid out at the new size
+	onUI(func() {
+		if sc, ok := a.controls.root.(*container.Scroll); ok {
+			sc.ScrollToBottom()
+		}
+	})
+	if err := a.saveShot(filepath.Join(dir, "capacity.png"), LessonShotSize); err != nil {
+		fail(err)
+	}
+	onUI(func() {
+		a.controls.serve.root.Show()
+		if e := a.Engine(); e != nil {
+			a.controls.show(e.Config(), e.Snapshot()) // the sliders on the settings in force
+		}
+	})
 	for _, l := range lesson.All {
 		path := filepath.Join(dir, LessonShotName(l.Name))
 		if err := a.shotLesson(l, path); err != nil {
@@ -195,7 +247,7 @@ func (a *App) shotConversations() (first int64, err error) {
 // steps have run (pressing Next until then), and stops it.
 func (a *App) shotLesson(l *lesson.Lesson, path string) error {
 	v := a.teach.lessons
-	want := lessonShotStep(len(l.Steps))
+	want := lessonShotStep(l)
 	onUI(func() {
 		a.win.Resize(LessonShotSize)
 		v.pace.SetSelected(Paces[0].Name) // held until Next

@@ -26,13 +26,13 @@ func TestLessonShotNames(t *testing.T) {
 			t.Errorf("two lessons share the picture %s", n)
 		}
 		seen[n] = true
-		if k := lessonShotStep(len(l.Steps)); k < 1 || k >= len(l.Steps) {
-			t.Errorf("lesson %q (%d steps) is pictured after step %d: not mid-run", l.Name, len(l.Steps), k)
+		if k := lessonShotStep(l); k < 1 || k > len(l.Steps) || l.Picture != 0 && k != l.Picture {
+			t.Errorf("lesson %q (%d steps, picture %d) is pictured at step %d", l.Name, len(l.Steps), l.Picture, k)
 		}
 	}
 	for steps, want := range map[int]int{2: 1, 3: 2, 4: 2, 5: 3} {
-		if got := lessonShotStep(steps); got != want {
-			t.Errorf("lessonShotStep(%d) = %d, want %d", steps, got, want)
+		if got := lessonShotStep(&lesson.Lesson{Steps: make([]lesson.Step, steps)}); got != want {
+			t.Errorf("lessonShotStep of %d steps = %d, want %d", steps, got, want)
 		}
 	}
 }

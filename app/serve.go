@@ -1,3 +1,6 @@
+// This file holds the Controls tab's server card: kvscope's OpenAI-compatible
+// server started on the app's engine, moved with it, and stopped.
+
 package app
 
 import (

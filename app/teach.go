@@ -1,3 +1,6 @@
+// This file holds the Teaching tab: step mode (pause, step, resume, slow
+// motion), with the lessons and the synthetic users.
+
 package app
 
 import (
@@ -28,6 +31,9 @@ type teacher struct {
 	root                fyne.CanvasObject
 
 	paused bool
+	// lessonShown: the step-mode buttons were last shown with a lesson
+	// under way.
+	lessonShown bool
 	// busy names the Pause, Resume or Step under way ("" when none is):
 	// the step-mode buttons stay disabled until it ends, so clicks never
 	// pile up behind a long step.
@@ -155,9 +161,9 @@ func (t *teacher) setPaused(p bool) {
 }
 
 // showStepButtons enables the step-mode buttons that apply now: none while
-// a command is under way.
+// a command is under way, or while a lesson steps the scheduler itself.
 func (t *teacher) showStepButtons() {
-	if t.busy != "" {
+	if t.busy != "" || t.lessons != nil && t.lessons.running() {
 		t.pause.Disable()
 		t.step.Disable()
 		t.resume.Disable()
@@ -199,8 +205,8 @@ func (t *teacher) doStep() {
 // observe follows the engine (UI goroutine): in slow motion each step's
 // explanation shows as it happens.
 func (t *teacher) observe(s *engine.Snapshot) {
-	if s.Paused != t.paused && t.busy == "" {
-		t.paused = s.Paused
+	if lesson := t.lessons.running(); (s.Paused != t.paused || lesson != t.lessonShown) && t.busy == "" {
+		t.paused, t.lessonShown = s.Paused, lesson
 		t.showStepButtons()
 	}
 	if t.delay.Value > 0 && !s.Paused && s.Last.Explain != "" {

@@ -1,3 +1,6 @@
+// This file holds the Inspector tab's layout while a lesson's bar shows
+// above the inspector.
+
 package app
 
 import (

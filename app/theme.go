@@ -1,3 +1,6 @@
+// This file holds the app's theme: Fyne's, with colours of readable
+// contrast.
+
 package app
 
 import (

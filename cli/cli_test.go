@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"kvscope/engine/backend/native"
 	"kvscope/internal/testshared"
 )
 
@@ -173,5 +175,27 @@ func TestPerplexityCacheFlags(t *testing.T) {
 	}
 	if int4 <= f32 || int4 > f32*1.2 {
 		t.Errorf("int4 K/V perplexity %.4f should be a little worse than f32's %.4f", int4, f32)
+	}
+}
+
+// With the native CPU library, `run` names the library by its file name
+// and SIMD path on its backend line, and `info` gives its full path.
+func TestRunBackendLineIsShort(t *testing.T) {
+	lib, err := native.Load("")
+	if err != nil {
+		t.Skipf("the native CPU library does not load (make native builds it): %v", err)
+	}
+	m := testshared.Path(t, "models/stories260K.gguf")
+	code, _, errOut := run(t, "run", "-m", m, "-p", "Once", "-n", "2", "--backend", "cpu")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	base := filepath.Base(lib.File())
+	if !strings.Contains(errOut, "backend cpu (") || !strings.Contains(errOut, base) || strings.Contains(errOut, lib.File()) {
+		t.Errorf("run's backend line should name %s, not %s:\n%s", base, lib.File(), errOut)
+	}
+	code, out, errOut := run(t, "info", "-m", m, "--backend", "cpu")
+	if code != 0 || !strings.Contains(out, lib.File()) {
+		t.Errorf("info (exit %d) does not give the library's path %s:\n%s%s", code, lib.File(), out, errOut)
 	}
 }

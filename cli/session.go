@@ -31,7 +31,7 @@ func load(path, be string) (*loaded, error) {
 	if err != nil {
 		return nil, fileErr("m", err)
 	}
-	return &loaded{m: l.Model, tok: l.Tok, backend: l.Backend, format: l.Format, fmtErr: l.FormatErr}, nil
+	return &loaded{m: l.Model, tok: l.Tok, backend: loader.ShortBackend(l.Backend), format: l.Format, fmtErr: l.FormatErr}, nil
 }
 
 // backendFlag defines --backend, checked as it is parsed.

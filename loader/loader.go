@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"kvscope/engine/backend"
@@ -163,6 +164,17 @@ func (l *Model) finish(what string, be backend.Backend, note string, o Options) 
 	}
 	l.Backend = note
 	return nil
+}
+
+// libraryPath matches a compute library's path in a backend's note: a
+// folder, then a file named like one of native's libraries.
+var libraryPath = regexp.MustCompile(`(?:[A-Za-z]:)?[^\s,()]*[/\\]((?:lib)?kvscope_[A-Za-z0-9_]+\.(?:so|dylib|dll))`)
+
+// ShortBackend is a backend note (Model.Backend, native.Choose's) with
+// the compute library's path cut to its file name, for one-line status
+// messages; the Model tab and `kvscope info` give the whole path.
+func ShortBackend(note string) string {
+	return libraryPath.ReplaceAllString(note, "$1")
 }
 
 // named says what failed on the file at path, naming it once: err's text

@@ -130,3 +130,19 @@ func TestFromMemory(t *testing.T) {
 		t.Errorf("junk in memory: %v, want an error naming it", err)
 	}
 }
+
+// ShortBackend cuts a compute library's path to its file name and leaves
+// every other note as it is.
+func TestShortBackend(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"backend cpu (avx512vnni path, /work/main/native/build/libkvscope_cpu.so): the fastest that loads", "backend cpu (avx512vnni path, libkvscope_cpu.so): the fastest that loads"},
+		{"backend cuda (NVIDIA H200, /opt/k/native/build/libkvscope_cuda.so): chosen", "backend cuda (NVIDIA H200, libkvscope_cuda.so): chosen"},
+		{`backend cpu (avx2 path, C:\kv\native\build\kvscope_cpu.dll): chosen`, "backend cpu (avx2 path, kvscope_cpu.dll): chosen"},
+		{"backend go: the fallback", "backend go: the fallback"},
+		{"backend cpu (avx2 path, libkvscope_cpu.so): chosen", "backend cpu (avx2 path, libkvscope_cpu.so): chosen"},
+	} {
+		if got := ShortBackend(c.in); got != c.want {
+			t.Errorf("ShortBackend(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -1,3 +1,6 @@
+// This file holds one message's view: who, its text, the reply's footer
+// (tokens and speed) and its buttons.
+
 package chat
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the mode bar: how a conversation's prompt is made, and
+// its plain-completion and thinking choices.
+
 package chat
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the pane's background saver of changed conversations.
+
 package chat
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the Prompter: a conversation's prompt made through the
+// model's chat template, or as plain completion, and how the pane names it.
+
 package chat
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the pixel helpers the inspector's rasters draw with:
+// rectangles, outlines and lines.
+
 package inspector
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the inspector's event log: one readable line an event.
+
 package inspector
 
 import (

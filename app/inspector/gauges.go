@@ -1,3 +1,5 @@
+// This file holds the inspector's gauges.
+
 package inspector
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the heatmap widget: the raster of blocks, hover and
+// selection.
+
 package inspector
 
 import (

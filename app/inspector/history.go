@@ -1,3 +1,5 @@
+// This file holds the inspector's usage and fragmentation history chart.
+
 package inspector
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the Inspector: the heatmap, legend, details, gauges,
+// history and event log laid out together.
+
 package inspector
 
 import (

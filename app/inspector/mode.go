@@ -1,3 +1,6 @@
+// This file holds the heatmap's colour modes: their colours, legends and
+// captions.
+
 package inspector
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the heatmap's grid of cells and its rendering of a
+// snapshot into pixels.
+
 package inspector
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the sliding window of a model's local layers: which
+// blocks of a selected sequence it covers, and the line that says so.
+
 package inspector
 
 import (

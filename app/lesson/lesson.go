@@ -12,12 +12,16 @@
 //
 // The Runner plays one lesson: it records the settings in force, applies
 // the lesson's and empties the cache (so no earlier lesson, and none of the
-// user's chats, changes what this one shows), runs each step, checks its
-// figure and says plainly if it did not hold, then pauses the scheduler
-// until Next (or for a chosen pace) so that the heatmap holds still while
-// the explanation is read. When the lesson ends or is stopped, its
-// requests end and the settings from before come back. Lessons send their
-// own requests straight to the engine: they never become conversations.
+// user's chats, changes what this one shows), and pauses the scheduler.
+// Each step's action then runs the engine one scheduler step at a time
+// (Env.StepUntil) up to the very state the step explains: blocks being
+// handed out, a preemption, a copy on write. The runner checks the step's
+// figure on that snapshot, says plainly if it did not hold, and holds the
+// engine there until Next (or for a chosen pace), so that the heatmap
+// shows what the explanation is about while it is read. When the lesson
+// ends or is stopped, its requests end and the settings from before come
+// back. Lessons send their own requests straight to the engine: they
+// never become conversations.
 //
 // LoadGen, the load generator, is its own type: synthetic users that send
 // requests of a given prompt and reply length, once each (as the lessons
@@ -27,7 +31,6 @@ package lesson
 import (
 	"context"
 	"sync"
-	"time"
 
 	"kvscope/engine"
 	"kvscope/engine/kvcache"
@@ -45,15 +48,18 @@ type Lesson struct {
 	// from base (the engine's defaults) for model m.
 	Settings func(base engine.Config, m *model.Model) (engine.Config, error)
 	Steps    []Step
+	// Picture is the step (from 1) whose hold the lesson's picture in the
+	// docs shows (`make screenshot`); 0 picks the middle one.
+	Picture int
 }
 
 // A Step is one step of a lesson.
 type Step struct {
-	Explain string // one line: what happens now, and why
+	Explain string // a few sentences: what happens now, and why
 	Promise string // the figure it promises, in words
-	// Do acts (sends requests, changes settings) and waits for the engine
-	// to reach the state the step is about; it returns the snapshot of
-	// that state.
+	// Do acts (sends requests, changes settings) and steps the paused
+	// engine to the state the step is about (Env.StepUntil); it returns
+	// the snapshot of that state, which the engine then holds.
 	Do func(v *Env) (*engine.Snapshot, error)
 	// Check measures the promised figure on s (and what earlier steps
 	// recorded in v): got says what was measured, held whether the promise
@@ -116,12 +122,6 @@ func (v *Env) Measure(name string, n int) { v.measured[name] = n }
 // Chart sets the lesson's chart.
 func (v *Env) Chart(s ...Series) { v.chart = s }
 
-// Wait waits for the first snapshot for which cond is true (cond runs on
-// the engine's goroutine: see engine.Subscribe).
-func (v *Env) Wait(cond func(*engine.Snapshot) bool) (*engine.Snapshot, error) {
-	return v.E.WaitFor(v.Ctx, cond)
-}
-
 // Track calls f with every snapshot until the returned function is
 // called or the lesson ends (on the engine's goroutine: see
 // engine.Subscribe).
@@ -139,7 +139,8 @@ func (v *Env) Reconfigure(change func(c *engine.Config)) error {
 }
 
 // Load starts synthetic users for the lesson (see LoadGen); they end with
-// the lesson.
+// the lesson. It returns once every user has sent its first request, so
+// that they all arrive before the paused engine takes a step.
 func (v *Env) Load(l Load) (*LoadGen, error) {
 	g, err := StartLoad(v.Ctx, v.E, l)
 	if err != nil {
@@ -148,6 +149,11 @@ func (v *Env) Load(l Load) (*LoadGen, error) {
 	v.loads = append(v.loads, g)
 	if v.runner.OnLoad != nil {
 		v.runner.OnLoad(g)
+	}
+	select {
+	case <-g.Arrived():
+	case <-v.Ctx.Done():
+		return nil, v.Ctx.Err()
 	}
 	return g, nil
 }
@@ -161,7 +167,6 @@ type Req struct {
 	mu     sync.Mutex
 	texts  []string
 	finals []engine.Chunk
-	times  []time.Time // when each of sample 0's tokens came
 }
 
 // Submit sends a request labelled for the heatmap and reads its stream.
@@ -187,8 +192,6 @@ func (v *Env) Submit(r engine.Request) (*Req, error) {
 			q.texts[c.Sample] += c.Text
 			if c.Done {
 				q.finals[c.Sample] = c
-			} else if c.Sample == 0 {
-				q.times = append(q.times, time.Now())
 			}
 			q.mu.Unlock()
 		}
@@ -224,18 +227,6 @@ func (q *Req) Finals() []engine.Chunk {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return append([]engine.Chunk(nil), q.finals...)
-}
-
-// Gaps returns the milliseconds between sample 0's tokens (the first
-// token's wait, the prompt's prefill, left out).
-func (q *Req) Gaps() []float64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	var ms []float64
-	for i := 1; i < len(q.times); i++ {
-		ms = append(ms, float64(q.times[i].Sub(q.times[i-1]).Microseconds())/1000)
-	}
-	return ms
 }
 
 // Info finds the request in a snapshot.

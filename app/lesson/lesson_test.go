@@ -113,8 +113,9 @@ func TestLessons(t *testing.T) {
 	}
 }
 
-// TestRunnerWaitsForNext plays a lesson step by step: after each step the
-// scheduler stays paused, the heatmap still, until Next.
+// TestRunnerWaitsForNext plays a lesson step by step: after each step (the
+// last one too) the scheduler stays paused, the heatmap still, on the
+// snapshot the step's figure was checked on, until Next.
 func TestRunnerWaitsForNext(t *testing.T) {
 	m, tok := stories(t)
 	e, err := engine.New(m, tok, userConfig())
@@ -131,10 +132,10 @@ func TestRunnerWaitsForNext(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { _, err := r.Run(context.Background(), SharedPrompt); done <- err }()
-	for i := range len(SharedPrompt.Steps) - 1 {
+	for i := range len(SharedPrompt.Steps) {
 		select {
 		case p := <-waiting:
-			if p.Index != i || p.Figure == nil || !p.Figure.Held {
+			if p.Index != i || p.Figure == nil || !p.Figure.Held || p.Snapshot == nil || p.Last != (i == len(SharedPrompt.Steps)-1) {
 				t.Fatalf("step %d: %+v", i+1, p)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -145,8 +146,8 @@ func TestRunnerWaitsForNext(t *testing.T) {
 			}
 			step := s.Step
 			time.Sleep(100 * time.Millisecond)
-			if now := e.Snapshot(); now.Step != step || len(now.Requests) == 0 && i == 0 {
-				t.Errorf("after step %d, waiting for Next, the engine went from step %d to %d (%d requests)", i+1, step, now.Step, len(now.Requests))
+			if now := e.Snapshot(); now.Step != step || step != p.Snapshot.Step || len(now.Requests) == 0 && i == 0 {
+				t.Errorf("after step %d, waiting for Next, the engine went from step %d (checked at %d) to %d (%d requests)", i+1, step, p.Snapshot.Step, now.Step, len(now.Requests))
 			}
 			r.Next()
 		case err := <-done:
@@ -184,5 +185,22 @@ func TestRunnerStopRestores(t *testing.T) {
 	s := e.Snapshot()
 	if len(s.Requests) != 0 || s.Paused {
 		t.Errorf("after the stop: %d requests, paused %v", len(s.Requests), s.Paused)
+	}
+}
+
+// copies says a step's copy-on-write pairs in words.
+func TestCopies(t *testing.T) {
+	for _, c := range []struct {
+		pairs []int
+		want  string
+	}{
+		{[]int{2, 3}, "block 2 into 3"},
+		{[]int{2, 3, 2, 4, 2, 5}, "block 2 into 3, 4 and 5"},
+		{[]int{2, 3, 7, 8}, "block 2 into 3; block 7 into 8"},
+		{nil, ""},
+	} {
+		if got := copies(c.pairs); got != c.want {
+			t.Errorf("copies(%v) = %q, want %q", c.pairs, got, c.want)
+		}
 	}
 }

@@ -1,3 +1,6 @@
+// This file holds the load generator: synthetic users that send requests
+// of a given prompt and reply length.
+
 package lesson
 
 import (
@@ -42,6 +45,7 @@ type LoadGen struct {
 	load    Load
 	cancel  context.CancelFunc
 	done    chan struct{}
+	arrived chan struct{} // closed once every user has sent (or been refused) its first request
 	started time.Time
 
 	mu       sync.Mutex
@@ -80,21 +84,28 @@ func StartLoad(ctx context.Context, e *engine.Engine, l Load) (*LoadGen, error) 
 		seed = uint64(time.Now().UnixNano())
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	g := &LoadGen{load: l, cancel: cancel, done: make(chan struct{}), started: time.Now()}
-	var wg sync.WaitGroup
+	g := &LoadGen{load: l, cancel: cancel, done: make(chan struct{}), arrived: make(chan struct{}), started: time.Now()}
+	var wg, first sync.WaitGroup
+	first.Add(l.Users)
 	for u := range l.Users {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(u)+1, seed))
+			sent := sync.OnceFunc(first.Done)
+			defer sent() // a user stopped before its first request
 			for ctx.Err() == nil {
-				g.request(ctx, e, ids, rng, u)
+				g.request(ctx, e, ids, rng, u, sent)
 				if l.Once {
 					return
 				}
 			}
 		}()
 	}
+	go func() {
+		first.Wait()
+		close(g.arrived)
+	}()
 	go func() {
 		wg.Wait()
 		cancel()
@@ -103,8 +114,9 @@ func StartLoad(ctx context.Context, e *engine.Engine, l Load) (*LoadGen, error) 
 	return g, nil
 }
 
-// request sends one user's request and reads it.
-func (g *LoadGen) request(ctx context.Context, e *engine.Engine, ids []int, rng *rand.Rand, u int) {
+// request sends one user's request and reads it; sent is called once
+// the engine has it (or has refused it).
+func (g *LoadGen) request(ctx context.Context, e *engine.Engine, ids []int, rng *rand.Rand, u int, sent func()) {
 	l := g.load
 	prompt := make([]int, l.Prompt)
 	for i := range prompt {
@@ -119,6 +131,7 @@ func (g *LoadGen) request(ctx context.Context, e *engine.Engine, ids []int, rng 
 		max = 0
 	}
 	st, err := e.Submit(rctx, engine.Request{Tokens: prompt, MaxTokens: max, IgnoreEOS: true, Sampling: &sp, Label: fmt.Sprintf("user %d", u+1)})
+	sent()
 	if err != nil {
 		g.mu.Lock()
 		g.refused++
@@ -169,6 +182,10 @@ func (g *LoadGen) Stop() { g.cancel() }
 
 // Done is closed when every user has stopped.
 func (g *LoadGen) Done() <-chan struct{} { return g.done }
+
+// Arrived is closed once every user has sent its first request (or had
+// it refused): from then on the engine holds them all.
+func (g *LoadGen) Arrived() <-chan struct{} { return g.arrived }
 
 // Stats is how a load went.
 type Stats struct {

@@ -1,3 +1,6 @@
+// This file holds the Runner, which plays a lesson from a clean state,
+// checks each step and holds the engine there, and puts the settings back.
+
 package lesson
 
 import (
@@ -17,12 +20,16 @@ type Progress struct {
 	Index  int // the step, from 0
 	Step   *Step
 	Figure *Figure // the step's check, once made
-	Chart  []Series
+	// Snapshot is the state the check measured, with the figure: the
+	// engine stays paused on it while the runner holds, so it is what the
+	// heatmap shows.
+	Snapshot *engine.Snapshot
+	Chart    []Series
 	// Waiting: the scheduler is paused after the step until Next (or for
-	// the pace).
-	Waiting bool
-	Done    bool
-	Err     error // why the lesson stopped early, when Done
+	// the pace); Last says it is the lesson's last step.
+	Waiting, Last bool
+	Done          bool
+	Err           error // why the lesson stopped early, when Done
 }
 
 // Runner plays lessons on one engine, one at a time.
@@ -127,6 +134,11 @@ func (r *Runner) Run(ctx context.Context, l *Lesson) (res Result, err error) {
 	if err := e.ClearCache(); err != nil {
 		return res, err
 	}
+	// The lesson drives the scheduler itself, one step at a time (see
+	// Env.StepUntil), so that each step can stop at the state it explains.
+	if err := e.Pause(); err != nil {
+		return res, err
+	}
 	for i := range l.Steps {
 		st := &l.Steps[i]
 		r.report(Progress{Lesson: l, Index: i, Step: st})
@@ -141,18 +153,16 @@ func (r *Runner) Run(ctx context.Context, l *Lesson) (res Result, err error) {
 		f := Figure{Promise: st.Promise, Got: got, Held: held}
 		res.Figures = append(res.Figures, f)
 		last := i == len(l.Steps)-1
-		r.report(Progress{Lesson: l, Index: i, Step: st, Figure: &f, Chart: v.chart, Waiting: !last})
-		if !last {
-			if err := r.hold(lctx); err != nil {
-				return res, err
-			}
+		r.report(Progress{Lesson: l, Index: i, Step: st, Figure: &f, Snapshot: s, Chart: v.chart, Waiting: true, Last: last})
+		if err := r.hold(lctx); err != nil {
+			return res, err
 		}
 	}
 	return res, nil
 }
 
-// hold pauses the scheduler after a step, so the heatmap keeps what the
-// step showed, until Next or the pace has passed.
+// hold keeps the scheduler paused after a step (the last one too), so the
+// heatmap keeps what the step showed, until Next or the pace has passed.
 func (r *Runner) hold(ctx context.Context) error {
 	if err := r.E.Pause(); err != nil {
 		return err
@@ -176,7 +186,7 @@ func (r *Runner) hold(ctx context.Context) error {
 		case <-r.next:
 		}
 		t.Stop()
-		return r.E.Resume()
+		return nil
 	}
 }
 

@@ -1,3 +1,6 @@
+// This file holds the client of a remote kvscope serve: its snapshots and
+// events over HTTP.
+
 package remote
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the Feed that follows a remote kvscope serve for the
+// second inspector.
+
 package remote
 
 import (

@@ -1,3 +1,5 @@
+// This file holds the prefix-cache tree's layout as an icicle of cells.
+
 package remote
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the TreeView widget: the prefix-cache tree drawn, hovered
+// and selected.
+
 package remote
 
 import (

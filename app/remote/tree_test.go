@@ -225,7 +225,14 @@ func TestRemoteScreenshot(t *testing.T) {
 	p, pub, w := watchedIn(t, countingMetrics(t))
 	screenshotLoad(t, p, pub)
 	var img image.Image
-	uithread.Locked(func() { img = w.Canvas().Capture() })
+	uithread.Locked(func() {
+		// Twice: a word-wrapped label's height follows its width, which
+		// the first layout sets.
+		size := w.Canvas().Size()
+		w.Resize(size.AddWidthHeight(1, 0))
+		w.Resize(size)
+		img = w.Canvas().Capture()
+	})
 	savePNG(t, filepath.Join(dir, "remote-tree.png"), img)
 }
 

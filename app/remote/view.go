@@ -1,3 +1,5 @@
+// This file holds the Remote tab's View and its kvscope-server page.
+
 package remote
 
 import (

@@ -4,6 +4,7 @@ import (
 	"kvscope/vllm/vllmtest"
 	"net/http"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"fyne.io/fyne/v2/test"
 
 	"kvscope/app/inspector"
+	"kvscope/app/internal/layoutcheck"
 	"kvscope/app/uithread"
 	"kvscope/vllm/kvsub"
 )
@@ -71,5 +73,56 @@ func TestViewNeedsLittleRoom(t *testing.T) {
 	}
 	if s := v.vllm.root.Size(); s.Width < 900 || s.Height < 600 {
 		t.Errorf("the vLLM page is %v in a 1000×700 window", s)
+	}
+}
+
+// The vLLM page is readable at the size of its picture (1000×640) and at
+// the Remote tab's share of a 1024×700 window: no label is cut off or
+// drawn smaller than it needs, the Stop button sits beside its
+// instance's text (not over it), counts take their plural forms ("1
+// instance"), and every chart gives its axis values.
+func TestVLLMPageReadable(t *testing.T) {
+	p, pub, w := watchedIn(t, countingMetrics(t))
+	system := []uint64{1, 2, 3, 4, 5, 6}
+	pub.Publish(stored(system, nil, 16))
+	pub.Publish(stored([]uint64{7, 8}, uint64(6), 16))
+	pub.Publish(stored([]uint64{9}, uint64(6), 16))
+	uithread.WaitFor(t, "the published cache", func() bool { return p.tree.Tree().Blocks == 9 })
+	uithread.WaitFor(t, "three metrics samples", func() bool { return len(p.reqs.values) >= 3 && strings.HasPrefix(p.total.Text, "Total") })
+	for _, size := range []fyne.Size{fyne.NewSize(1000, 640), fyne.NewSize(540, 610)} {
+		uithread.Locked(func() {
+			w.Resize(size.AddWidthHeight(1, 0))
+			w.Resize(size)
+			w.Canvas().Capture()
+			for _, c := range layoutcheck.Labels(layoutcheck.CutOff(p.root)) {
+				t.Errorf("at %v: %s", size, c)
+			}
+			for _, c := range layoutcheck.Labels(layoutcheck.CutOff(p.left)) { // it scrolls: look in
+				t.Errorf("at %v: the left panel%s", size, c)
+			}
+			if !strings.HasPrefix(p.total.Text, "Total, 1 instance\n") || strings.Contains(p.total.Text, " 1 instances") {
+				t.Errorf("the total reads %q", p.total.Text)
+			}
+			row := p.sources[0].row
+			box := p.rows.Objects[0].(*fyne.Container)
+			var stop fyne.CanvasObject
+			for _, o := range box.Objects {
+				if o != row {
+					stop = o
+				}
+			}
+			d := fyne.CurrentApp().Driver()
+			if rx, sx := d.AbsolutePositionForObject(row).X+row.Size().Width, d.AbsolutePositionForObject(stop).X; sx < rx-0.5 {
+				t.Errorf("at %v: the Stop button starts at x %.0f, over its row's text, which ends at %.0f", size, sx, rx)
+			}
+			for _, ch := range []*chart{p.usage, p.hits, p.reqs, p.pre} {
+				if ch.yTop.Text == "" || ch.yBot.Text == "" || !strings.HasPrefix(ch.xFrom.Text, "−") || ch.xTo.Text != "now" {
+					t.Errorf("the chart %q has axes %q to %q, %q to %q", ch.title.Text, ch.yBot.Text, ch.yTop.Text, ch.xFrom.Text, ch.xTo.Text)
+				}
+			}
+			if p.usage.yTop.Text != "100%" || p.usage.yBot.Text != "0%" {
+				t.Errorf("the usage chart's axis runs from %q to %q", p.usage.yBot.Text, p.usage.yTop.Text)
+			}
+		})
 	}
 }

@@ -1,3 +1,5 @@
+// This file holds the data folder's lock: one kvscope per folder.
+
 package store
 
 import (

@@ -1,3 +1,6 @@
+// This file holds the Store: conversations, drafts and settings saved
+// atomically, corrupt files set aside.
+
 package store
 
 import (
