@@ -195,6 +195,10 @@ func parseBatchedBench(r io.Reader) (map[string]float64, error) {
 	return res, nil
 }
 
+// peerCopy names the folder under the bench's folder that holds
+// usablePeer's copy of llama.cpp's binaries.
+const peerCopy = "llama.cpp-bin"
+
 // usablePeer runs the usable-bin.sh found beside the peer's bin folder,
 // copying bin to a folder under dir without the CPU variants that crash on
 // this machine, and returns that folder and the script's last line (which
@@ -204,7 +208,7 @@ func usablePeer(peer, dir string) (string, string, error) {
 	if _, err := os.Stat(script); err != nil {
 		return "", "", nil
 	}
-	dst := filepath.Join(dir, "llama.cpp-bin")
+	dst := filepath.Join(dir, peerCopy)
 	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", script, dst)

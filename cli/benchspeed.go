@@ -101,7 +101,8 @@ func runSpeed(o speedOpts, out io.Writer) error {
 	if peer != "" {
 		// A copy of the peer's binaries without the CPU variants that
 		// crash on this machine (usable-bin.sh, beside bin/), where the
-		// script is at hand.
+		// script is at hand. It goes with the run, as the model files do.
+		defer os.RemoveAll(filepath.Join(dir, peerCopy))
 		if usable, variant, err := usablePeer(peer, dir); err != nil {
 			fmt.Fprintf(out, "llama.cpp: %s as it is (%v)\n", peer, err)
 		} else if usable != "" {
