@@ -153,7 +153,9 @@ func (f fixture) testTarball(t *testing.T) {
 	}
 	f.checkVersion(t, link, work, env, lib)
 
-	// llama.cpp's greedy text, on the installed native library.
+	// llama.cpp's greedy text, on the installed native library (run's
+	// backend line names the library's file and where it was found;
+	// version, above, its path).
 	stdout, stderr := run(t, work, env, bin, "run", "-m", f.model, "-p", f.greedy.Prompt, "-n", "20", "--temp", "0")
 	gen := strings.TrimPrefix(strings.TrimSuffix(stdout, "\n"), f.greedy.Prompt)
 	if !strings.HasPrefix(stdout, f.greedy.Prompt) || len(gen) < 40 || !strings.HasPrefix(f.greedy.Output, gen) {
@@ -161,7 +163,7 @@ func (f fixture) testTarball(t *testing.T) {
 	}
 	if cpu := lineOf(version, "  cpu "); strings.Contains(cpu, "runs only its scalar path") {
 		t.Logf("the native CPU backend does not run on this CPU (%s), so run used %q", cpu, stderr)
-	} else if !strings.Contains(stderr, "backend cpu (") || !strings.Contains(stderr, lib+", found in the executable's ../lib/kvscope") {
+	} else if !strings.Contains(stderr, "backend cpu (") || !strings.Contains(stderr, filepath.Base(lib)+", found in the executable's ../lib/kvscope") {
 		t.Errorf("kvscope run did not run on the installed library %s: %q", lib, stderr)
 	}
 
