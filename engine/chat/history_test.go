@@ -9,7 +9,6 @@ import (
 	"kvscope/engine"
 	"kvscope/engine/chat"
 	"kvscope/engine/gguf"
-	"kvscope/engine/model"
 	"kvscope/engine/sample"
 	"kvscope/engine/tokenizer"
 	"kvscope/internal/chattest"
@@ -61,25 +60,7 @@ func TestConversationKeepsTheHistory(t *testing.T) {
 		for _, tt := range templates {
 			t.Run(md.name+"/"+tt.name, func(t *testing.T) {
 				f := withTemplate(t, md.rel, tt.source(t))
-				m, err := model.New(f)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tok, err := tokenizer.FromGGUF(f)
-				if err != nil {
-					t.Fatal(err)
-				}
-				form, err := chat.FromGGUF(f, tok)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg := engine.DefaultConfig()
-				cfg.Cache.BlockSize = block
-				e, err := engine.New(m, tok, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer e.Close()
+				e, tok, form := fileEngine(t, f, block)
 				greedy := sample.DefaultParams()
 				greedy.Temperature = 0
 				opt := chat.Options{AddGenerationPrompt: true, Now: func() time.Time { return now }}

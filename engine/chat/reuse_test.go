@@ -81,7 +81,14 @@ func controlFile(t testing.TB, controls []string, template string) *gguf.File {
 // blockSize tokens.
 func chatMLEngine(t testing.TB, blockSize int) (*engine.Engine, *tokenizer.Tokenizer, *chat.Formatter) {
 	t.Helper()
-	f := chatMLFile(t)
+	return fileEngine(t, chatMLFile(t), blockSize)
+}
+
+// fileEngine starts an engine on the model f with blocks of blockSize
+// tokens, with f's tokenizer and chat formatter; the engine closes when
+// the test ends.
+func fileEngine(t testing.TB, f *gguf.File, blockSize int) (*engine.Engine, *tokenizer.Tokenizer, *chat.Formatter) {
+	t.Helper()
 	m, err := model.New(f)
 	if err != nil {
 		t.Fatal(err)
