@@ -22,22 +22,7 @@ import (
 // too.
 func TestDeviceEngine(t *testing.T) {
 	d := hostDevice(t)
-	f, err := synth.Open(synth.Demo, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.New(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	tok, err := tokenizer.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Use(d); err != nil {
-		t.Fatal(err)
-	}
+	m, tok := demoOn(t, d)
 	if d.host() {
 		// The CPU library stores every precision: give the host device
 		// the CUDA library's answer for fp8 (kvs_kv_supported), so that
@@ -76,6 +61,29 @@ func TestDeviceEngine(t *testing.T) {
 	}
 }
 
+// demoOn loads the built-in demo model onto the device d; the model is
+// closed when the test ends.
+func demoOn(t *testing.T, d *Device) (*model.Model, *tokenizer.Tokenizer) {
+	t.Helper()
+	f, err := synth.Open(synth.Demo, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Use(d); err != nil {
+		t.Fatal(err)
+	}
+	return m, tok
+}
+
 // generate runs one request of n tokens on e and returns the tokens it got.
 func generate(t *testing.T, e *engine.Engine, n int) int {
 	t.Helper()
@@ -102,22 +110,7 @@ func generate(t *testing.T, e *engine.Engine, n int) int {
 // first write: every request's greedy text equals its text alone.
 func TestDevicePreemption(t *testing.T) {
 	d := hostDevice(t)
-	f, err := synth.Open(synth.Demo, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.New(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	tok, err := tokenizer.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Use(d); err != nil {
-		t.Fatal(err)
-	}
+	m, tok := demoOn(t, d)
 	greedy := &sample.Params{Temperature: 0, TopP: 1, RepeatPenalty: 1}
 	reqs := []engine.Request{
 		{Prompt: "Once upon a time", MaxTokens: 12, IgnoreEOS: true, Sampling: greedy},
