@@ -87,14 +87,7 @@ func TestPrompterReusesReplyIDs(t *testing.T) {
 		{Role: "user", Text: "Again"},
 		{Role: "assistant"},
 	}}
-	first, err := pr.IDs(c, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := pr.IDs(c, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first, second := twoTurns(t, pr, c)
 	if prefix := append(slices.Clone(first), reply...); !slices.Equal(second[:min(len(prefix), len(second))], prefix) {
 		t.Errorf("turn 2's prompt\n%v\ndoes not start with turn 1's prompt and reply\n%v", second, prefix)
 	}
@@ -136,14 +129,7 @@ func TestPrompterKeepsInstHistory(t *testing.T) {
 		{Role: "user", Text: "The dog ran"},
 		{Role: "assistant"},
 	}}
-	first, err := pr.IDs(c, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := pr.IDs(c, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first, second := twoTurns(t, pr, c)
 	prefix := append(append(slices.Clone(first), reply...), tok.EOS())
 	if !slices.Equal(second[:min(len(prefix), len(second))], prefix) {
 		t.Errorf("turn 2's prompt\n%v\ndoes not start with turn 1's prompt, reply and end\n%v", second, prefix)
@@ -280,4 +266,19 @@ func TestVocabKey(t *testing.T) {
 	if VocabKey(tok) == VocabKey(a.tok) {
 		t.Error("two vocabularies, one key")
 	}
+}
+
+// twoTurns returns pr's prompts for the conversation's first and second
+// replies (messages 1 and 3).
+func twoTurns(t *testing.T, pr *Prompter, c store.Conversation) (first, second []int) {
+	t.Helper()
+	first, err := pr.IDs(c, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err = pr.IDs(c, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return first, second
 }
