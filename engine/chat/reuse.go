@@ -185,6 +185,9 @@ func (h *history) extend(p *Prompt) {
 		return
 	}
 	b := idBuilder{enc: h.enc, ids: h.ids, after: true}
+	if n := len(h.ids); n > 0 && h.enc.Type(h.ids[n-1]) == tokenizer.TypeControl {
+		_, b.strip = h.enc.Strips(h.ids[n-1]) // the end token the reply ended on
+	}
 	for _, s := range segmentsFrom(p.Segments, k) {
 		if s.Special {
 			b.special(s.Text)
@@ -279,10 +282,17 @@ type idBuilder struct {
 	ids   []int
 	run   []byte // text since the last control token or given ids
 	after bool   // the run continues given ids
+	strip bool   // the last control token drops the white space after it
 }
 
 // text adds message text (no control tokens found in it).
-func (b *idBuilder) text(s string) { b.run = append(b.run, s...) }
+func (b *idBuilder) text(s string) {
+	if b.strip && len(b.run) == 0 {
+		s = strings.TrimLeft(s, asciiSpace)
+		b.strip = s == ""
+	}
+	b.run = append(b.run, s...)
+}
 
 // special adds template text: its control tokens end the run.
 func (b *idBuilder) special(s string) {
@@ -296,18 +306,24 @@ func (b *idBuilder) special(s string) {
 		if text == "" || i < 0 {
 			continue
 		}
-		b.run = append(b.run, rest[:i]...)
+		b.text(rest[:i])
+		before, after := b.enc.Strips(id)
+		if before {
+			b.run = []byte(strings.TrimRight(string(b.run), asciiSpace))
+		}
 		b.flush()
 		b.after = false
 		b.ids = append(b.ids, id)
+		b.strip = after
 		rest = rest[i+len(text):]
 	}
-	b.run = append(b.run, rest...)
+	b.text(rest)
 }
 
 // add adds ids as they are.
 func (b *idBuilder) add(ids []int) {
 	b.flush()
+	b.strip = false
 	b.ids = append(b.ids, ids...)
 	b.after = true
 }

@@ -39,11 +39,17 @@ func chatMLFile(t testing.TB) *gguf.File {
 // rewriting synth's file with gguf's writer.
 func controlFile(t testing.TB, controls []string, template string) *gguf.File {
 	t.Helper()
-	src, err := synth.Open(chatMLShape, 7)
+	return shapeControlFile(t, chatMLShape, controls, template)
+}
+
+// shapeControlFile is controlFile on a synth model of the given shape.
+func shapeControlFile(t testing.TB, shape synth.Shape, controls []string, template string) *gguf.File {
+	t.Helper()
+	src, err := synth.Open(shape, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := chatMLShape.Vocab - len(controls)
+	n := shape.Vocab - len(controls)
 	var kvs []gguf.KV
 	for _, kv := range src.KVs {
 		switch kv.Key {
@@ -395,5 +401,70 @@ func TestPromptIDsErrors(t *testing.T) {
 				t.Fatalf("error %v, want one saying %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// phi3Template is Phi-3's: no white space is meant to reach the model
+// after its tags, since llama.cpp's tokenizer drops it on phi-3 models.
+const phi3Template = `{% for message in messages %}{{ '<|' + message['role'] + '|>' + '\n' + message['content'] + '<|end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}`
+
+// On a model named phi-3, whose special tokens drop the white space after
+// them, a prompt's ids are those of its whole text as llama.cpp encodes it
+// (no newline after a tag), the first turn and the next; the next turn
+// keeps the previous prompt, the reply and the end token it ended on.
+func TestPhi3DropsWhiteSpaceAfterTags(t *testing.T) {
+	shape := chatMLShape
+	shape.Name = "Phi-3 mini test model (random weights)"
+	f := shapeControlFile(t, shape, []string{"<|user|>", "<|assistant|>", "<|end|>"}, phi3Template)
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	form, err := chat.FromGGUF(f, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, end := tok.Encode("<|user|>", false, true), tok.Encode("<|end|>", false, true)
+	if len(user) != 1 || len(end) != 1 {
+		t.Fatalf("<|user|> is %v, <|end|> %v: not single tokens", user, end)
+	}
+	if before, after := tok.Strips(user[0]); before || !after {
+		t.Fatalf("<|user|> strips (before %v, after %v), want after only", before, after)
+	}
+	newline := tok.Encode("\n", false, false)
+	opt := chat.Options{AddGenerationPrompt: true}
+	msgs := []chat.Message{{Role: "user", Content: "Hi"}}
+	p, err := form.Render(msgs, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := chat.Tokenize(p, tok, true)
+	if want := tok.Encode(p.Text(), true, true); !slices.Equal(first, want) {
+		t.Fatalf("first prompt %v, want the whole text's ids %v", first, want)
+	}
+	if len(newline) > 0 && slices.Contains(first, newline[len(newline)-1]) {
+		t.Errorf("first prompt %v holds a newline %v", first, newline)
+	}
+	reply := tok.Encode("Hello there", false, false)
+	turns := []chat.Turn{
+		{Role: "user", Content: "Hi"},
+		{Role: "assistant", Content: "Hello there", IDs: reply, End: end},
+		{Role: "user", Content: "Again"},
+	}
+	second, _, err := form.ConversationIDs(turns, opt, tok, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := append(append(slices.Clone(first), reply...), end...)
+	if !slices.Equal(second[:min(len(prefix), len(second))], prefix) {
+		t.Fatalf("second prompt %v does not start with the first, the reply and <|end|> %v", second, prefix)
+	}
+	msgs = append(msgs, chat.Message{Role: "assistant", Content: "Hello there"}, chat.Message{Role: "user", Content: "Again"})
+	p, err = form.Render(msgs, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := tok.Encode(p.Text(), true, true); !slices.Equal(second, want) {
+		t.Errorf("second prompt\n%v\nwant the whole rendering's ids\n%v", second, want)
 	}
 }

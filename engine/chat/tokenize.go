@@ -1,11 +1,5 @@
 package chat
 
-import (
-	"strings"
-
-	"kvscope/engine/tokenizer"
-)
-
 // Encoder is the tokenizer Tokenize needs. *tokenizer.Tokenizer implements
 // it.
 type Encoder interface {
@@ -20,7 +14,14 @@ type Encoder interface {
 	BOS() int
 	// AddBOS reports whether the vocabulary asks for BOS first.
 	AddBOS() bool
+	// Strips reports whether encoding drops the white space before and
+	// after the special token id, as phi-3's tokens do after them.
+	Strips(id int) (before, after bool)
 }
+
+// asciiSpace is the white space a stripping token drops beside it (C's
+// isspace, as llama.cpp and package tokenizer strip).
+const asciiSpace = " \t\n\v\f\r"
 
 // Tokenize turns a prompt into token ids: control-token texts in template
 // text become those tokens, message text never does. The text between
@@ -28,41 +29,21 @@ type Encoder interface {
 // prompt whose messages hold no control-token text gets exactly the ids of
 // its whole text encoded with special-token parsing, as llama.cpp encodes a
 // rendered template. With addBOS, BOS comes first when the vocabulary asks
-// for it (EOS is never added).
+// for it (EOS is never added). A control token that strips the white space
+// beside it (phi-3's drop what follows them) takes it from the text, as the
+// tokenizer does.
 func Tokenize(p *Prompt, enc Encoder, addBOS bool) []int {
 	var ids []int
 	if addBOS && enc.AddBOS() && enc.BOS() >= 0 {
 		ids = append(ids, enc.BOS())
 	}
-	var run strings.Builder // text since the last control token
-	flush := func() {
-		if run.Len() > 0 {
-			ids = append(ids, enc.Encode(run.String(), false, false)...)
-			run.Reset()
-		}
-	}
+	b := idBuilder{enc: enc, ids: ids}
 	for _, s := range p.Segments {
-		if !s.Special {
-			run.WriteString(s.Text)
-			continue
+		if s.Special {
+			b.special(s.Text)
+		} else {
+			b.text(s.Text)
 		}
-		rest := s.Text
-		for _, id := range enc.Encode(s.Text, false, true) {
-			if enc.Type(id) != tokenizer.TypeControl {
-				continue
-			}
-			text := enc.Token(id)
-			i := strings.Index(rest, text)
-			if text == "" || i < 0 {
-				continue
-			}
-			run.WriteString(rest[:i])
-			flush()
-			ids = append(ids, id)
-			rest = rest[i+len(text):]
-		}
-		run.WriteString(rest)
 	}
-	flush()
-	return ids
+	return b.finish()
 }

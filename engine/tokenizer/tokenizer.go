@@ -358,6 +358,17 @@ func (t *Tokenizer) stripRules(v *Vocab) {
 	}
 }
 
+// Strips reports whether Encode drops the white space before and after
+// the special token id (its lstrip and rstrip attributes, and the per-model
+// rules of stripRules); false for other ids.
+func (t *Tokenizer) Strips(id int) (before, after bool) {
+	if id < 0 || id >= len(t.tokens) {
+		return false, false
+	}
+	a := t.attrs[id]
+	return a&attrLStrip != 0, a&attrRStrip != 0
+}
+
 // Size returns the number of tokens in the vocabulary.
 func (t *Tokenizer) Size() int { return len(t.tokens) }
 
