@@ -1,3 +1,6 @@
+// This file holds a conversation's plain-text prompt, its title and its
+// name in the list.
+
 package chat
 
 import (

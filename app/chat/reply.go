@@ -1,3 +1,7 @@
+// This file holds the pane's replies: each runs as a turn.Turn (package
+// app/chat/turn, no UI), whose reports come to the UI goroutine here and go
+// into the conversation's message.
+
 package chat
 
 import (
@@ -6,10 +10,6 @@ import (
 	"kvscope/app/uithread"
 	"kvscope/engine"
 )
-
-// The pane's replies: each runs as a turn.Turn (package app/chat/turn, no
-// UI), whose reports come to the UI goroutine here and go into the
-// conversation's message.
 
 // run is one reply being generated.
 type run struct {

@@ -1,3 +1,6 @@
+// This file holds a conversation's settings form: its system prompt, its
+// sampling and whether it replies as JSON (with an optional schema).
+
 package chat
 
 import (
@@ -13,7 +16,8 @@ import (
 	"kvscope/engine/constrain"
 )
 
-// settingsForm edits the shown conversation's system prompt and sampling.
+// settingsForm edits the shown conversation's system prompt, sampling and
+// reply format.
 type settingsForm struct {
 	p       *Pane
 	root    fyne.CanvasObject
