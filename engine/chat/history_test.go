@@ -140,6 +140,7 @@ func TestConversationEnds(t *testing.T) {
 		keepsEnd bool
 	}{
 		{"Llama 2 writes ' </s>'", chattest.Llama2, true},
+		{"Zephyr writes '</s>' and text after it", "{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] | trim + '</s>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}", true},
 		{"a role: text format writes no end", `{% for m in messages %}{{ m['role'] + ': ' + m['content'] + '\n' }}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}`, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,6 +173,21 @@ func TestConversationEnds(t *testing.T) {
 			}
 			if d := tok.Decode(second[len(want):]); !strings.Contains(d, "The end.") {
 				t.Errorf("the new part decodes to %q", d)
+			}
+			if tt.keepsEnd {
+				// After the end token the new part is encoded as after any
+				// control token (SentencePiece's space prefix included), as a
+				// fresh rendering is.
+				p, err := form.Render([]chat.Message{{Role: "user", Content: "Once upon a time"}, {Role: "assistant", Content: reply}, {Role: "user", Content: "The end."}}, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				text := p.Text()
+				at := strings.Index(text, strings.TrimSpace(reply))
+				end := at + strings.Index(text[at:], "</s>") + len("</s>")
+				if rest := tok.Encode(text[end:], false, true); !slices.Equal(second[len(want):], rest) {
+					t.Errorf("after the end token the prompt holds\n%v\nwant the rest of the rendering %q encoded afresh\n%v", second[len(want):], text[end:], rest)
+				}
 			}
 		})
 	}

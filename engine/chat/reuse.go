@@ -174,9 +174,10 @@ func (h *history) extend(p *Prompt) {
 	if ok {
 		k, ok = alignReply(text, len(h.prompt), h.content)
 	}
+	ended := false // the reply's end token closes the ids so far
 	if ok && h.endText != "" {
 		if e, found := alignReply(text, k, h.endText); found {
-			h.ids, k = append(h.ids, h.end...), e
+			h.ids, k, ended = append(h.ids, h.end...), e, true
 		}
 	}
 	h.end, h.content, h.endText = nil, "", ""
@@ -184,9 +185,11 @@ func (h *history) extend(p *Prompt) {
 		h.ids, h.prompt = Tokenize(p, h.enc, h.addBOS), text
 		return
 	}
-	b := idBuilder{enc: h.enc, ids: h.ids, after: true}
-	if n := len(h.ids); n > 0 && h.enc.Type(h.ids[n-1]) == tokenizer.TypeControl {
-		_, b.strip = h.enc.Strips(h.ids[n-1]) // the end token the reply ended on
+	// What follows a reply continues its text; what follows its end token
+	// is encoded as after any control token.
+	b := idBuilder{enc: h.enc, ids: h.ids, after: !ended}
+	if ended {
+		_, b.strip = h.enc.Strips(h.ids[len(h.ids)-1])
 	}
 	for _, s := range segmentsFrom(p.Segments, k) {
 		if s.Special {
