@@ -85,22 +85,17 @@ func TestRemoteInspectorAttachesToAnotherProcess(t *testing.T) {
 	wg := load(ctx, t, url, 4)
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	steps, busy := map[int64]bool{}, 0
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && (len(steps) < 5 || busy < 3); {
-		time.Sleep(20 * time.Millisecond)
-		uithread.Locked(func() {
-			if r := feed.Shown(); r != nil && !steps[r.Snapshot.Step] {
-				steps[r.Snapshot.Step] = true
-				if insp.Snapshot().Metrics.UsedBlocks > 0 {
-					busy++
-				}
+	uithread.WaitFor(t, "the inspector to show 5 of the server's steps, 3 with blocks in use", func() bool {
+		if r := feed.Shown(); r != nil && !steps[r.Snapshot.Step] {
+			steps[r.Snapshot.Step] = true
+			if insp.Snapshot().Metrics.UsedBlocks > 0 {
+				busy++
 			}
-		})
-	}
+		}
+		return len(steps) >= 5 && busy >= 3
+	})
 	cancel()
 	wg.Wait()
-	if len(steps) < 5 || busy < 3 {
-		t.Fatalf("the inspector showed %d of the server's steps, %d with blocks in use; want 5 and 3", len(steps), busy)
-	}
 
 	// Idle: the inspector shows the other process's own last snapshot.
 	var why string

@@ -185,22 +185,20 @@ func TestRemoteInspectorMatchesServer(t *testing.T) {
 	t.Cleanup(func() { cancel(); wg.Wait() }) // before the server goes, should the test stop early
 	checked, busy := 0, 0
 	var lastStep int64 = -1
-	deadline := time.Now().Add(8 * time.Second)
-	for time.Now().Before(deadline) && (checked < 30 || busy < 5) {
-		time.Sleep(20 * time.Millisecond)
+	for checked < 30 || busy < 5 {
 		var shown *kvcache.Snapshot
 		var step int64
-		uithread.Locked(func() {
-			if r := feed.Shown(); r != nil {
-				shown, step = insp.Snapshot(), r.Snapshot.Step
-				if shown != r.Snapshot.Cache {
-					t.Errorf("the inspector draws another snapshot than the feed's last")
-				}
+		uithread.WaitFor(t, "the remote inspector to show a new step", func() bool {
+			r := feed.Shown()
+			if r == nil || r.Snapshot.Step == lastStep {
+				return false
 			}
+			shown, step = insp.Snapshot(), r.Snapshot.Step
+			if shown != r.Snapshot.Cache {
+				t.Errorf("the inspector draws another snapshot than the feed's last")
+			}
+			return true
 		})
-		if shown == nil || step == lastStep {
-			continue
-		}
 		lastStep = step
 		cands := rec.near(step)
 		var whys []string
@@ -226,9 +224,6 @@ func TestRemoteInspectorMatchesServer(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
-	if checked < 30 || busy < 5 {
-		t.Fatalf("checked %d remote snapshots, %d of them with blocks in use; want 30 and 5", checked, busy)
-	}
 
 	// Idle: the remote inspector shows the engine's last snapshot.
 	uithread.WaitFor(t, "the remote inspector to catch up", func() bool {
