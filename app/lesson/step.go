@@ -53,12 +53,15 @@ func (v *Env) RunUntil(done <-chan struct{}) (*engine.Snapshot, error) {
 // nextSnapshot waits for a snapshot other than s with a request in it, or
 // for done to close, or for the lesson to stop.
 func (v *Env) nextSnapshot(done <-chan struct{}, s *engine.Snapshot) error {
-	ctx, cancel := context.WithCancel(v.Ctx)
+	var ctx context.Context
+	var cancel context.CancelFunc
 	if len(s.Requests) > 0 {
 		// Requests listed with nothing to schedule: one is ending, and the
 		// engine may publish nothing more until a command comes. Look
 		// again shortly.
 		ctx, cancel = context.WithTimeout(v.Ctx, 20*time.Millisecond)
+	} else {
+		ctx, cancel = context.WithCancel(v.Ctx)
 	}
 	defer cancel()
 	if done != nil {
