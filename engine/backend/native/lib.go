@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -88,7 +89,8 @@ type Place struct {
 // resolved (a tarball's or the developer's layout), ../lib/kvscope beside
 // that directory (an install under a prefix: PREFIX/bin/kvscope and
 // PREFIX/lib/kvscope), and native/build under the module root found by
-// walking up from the working directory to go.mod (a source tree).
+// walking up from the working directory to go.mod, when that is kvscope's
+// own source tree (sourceRoot).
 func SearchPlaces() []Place {
 	exe := ""
 	if e, err := os.Executable(); err == nil {
@@ -114,16 +116,36 @@ func searchPlaces(env, exe, wd string) []Place {
 		ps = append(ps, Place{bin, "beside the executable"},
 			Place{filepath.Join(filepath.Dir(bin), "lib", "kvscope"), "in the executable's ../lib/kvscope"})
 	}
+	if root, ok := sourceRoot(wd); ok {
+		ps = append(ps, Place{filepath.Join(root, "native", "build"), "in the source tree's native/build"})
+	}
+	return ps
+}
+
+// sourceRoot returns the kvscope source tree holding wd: the first
+// directory above it with a go.mod, if that go.mod declares module kvscope.
+// Another project's tree is no place to load libraries from.
+func sourceRoot(wd string) (string, bool) {
 	for d := wd; d != ""; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			ps = append(ps, Place{filepath.Join(d, "native", "build"), "in the source tree's native/build"})
-			break
+		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
+			return d, modulePath(data) == "kvscope"
 		}
 		if filepath.Dir(d) == d {
 			break
 		}
 	}
-	return ps
+	return "", false
+}
+
+// modulePath returns the path a go.mod's module directive declares ("" for
+// none).
+func modulePath(gomod []byte) string {
+	for line := range strings.Lines(string(gomod)) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module"); ok && rest != "" && (rest[0] == ' ' || rest[0] == '\t') {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
 }
 
 // SearchDirs returns the directories of SearchPlaces, in its order.

@@ -10,7 +10,8 @@ import (
 // TestSearchPlaces checks the search order on made-up layouts: an explicit
 // $KVSCOPE_NATIVE_DIR, then beside the executable, then the executable's
 // ../lib/kvscope (an install under a prefix), then a source tree's
-// native/build, each present only where it applies.
+// native/build (kvscope's own tree only), each present only where it
+// applies.
 func TestSearchPlaces(t *testing.T) {
 	root := t.TempDir()
 	tree := filepath.Join(root, "src")
@@ -21,7 +22,16 @@ func TestSearchPlaces(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(tree, "go.mod"), []byte("module x\n"), 0o644); err != nil {
+	other := filepath.Join(root, "other", "sub")
+	for d, mod := range map[string]string{tree: "// kvscope\nmodule kvscope\n\ngo 1.26\n", filepath.Dir(other): "module kvscope/other\n"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "go.mod"), []byte(mod), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(other, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	exe := filepath.Join(root, "prefix", "bin", "kvscope")
@@ -39,6 +49,8 @@ func TestSearchPlaces(t *testing.T) {
 			{"/opt/emu", "in $KVSCOPE_NATIVE_DIR"}, {bin, "beside the executable"}, {lib, "in the executable's ../lib/kvscope"}}},
 		{"inside a source tree", "", exe, sub, []Place{
 			{bin, "beside the executable"}, {lib, "in the executable's ../lib/kvscope"}, {build, "in the source tree's native/build"}}},
+		{"inside another project's tree", "", exe, other, []Place{
+			{bin, "beside the executable"}, {lib, "in the executable's ../lib/kvscope"}}},
 		{"executable unknown", "/opt/emu", "", tree, []Place{
 			{"/opt/emu", "in $KVSCOPE_NATIVE_DIR"}, {build, "in the source tree's native/build"}}},
 		{"nothing known", "", "", "", nil},
