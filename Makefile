@@ -151,10 +151,10 @@ clean:
 	rm -f $(BIN)
 
 # ---- Packages and installing (README "Install") ----
-# dist writes to $(DIST): kvscope-VERSION-linux-amd64.tar.xz, made by `fyne
+# dist writes to $(DIST): kvscope-VERSION-linux-ARCH.tar.xz, made by `fyne
 # package` (its Linux layout: kvscope/usr/local/{bin,share} and a Makefile
 # installing to a PREFIX), with the native libraries added under
-# usr/local/lib/kvscope, and kvscope_VERSION_amd64.deb, built by dpkg-deb
+# usr/local/lib/kvscope, and kvscope_VERSION_ARCH.deb, built by dpkg-deb
 # from the same files. install copies the same files under PREFIX;
 # uninstall removes them. The binary finds its library in ../lib/kvscope
 # (engine/backend/native's search). VERSION is FyneApp.toml's. macOS and
@@ -165,8 +165,10 @@ APP_ID    := $(shell sed -n 's/^ *ID *= *"\(.*\)"/\1/p' FyneApp.toml)
 DIST      ?= dist
 PREFIX    ?= $(HOME)/.local
 FYNE_PKG  := fyne.io/tools/cmd/fyne@v1.7.4
-TARBALL   := kvscope-$(VERSION)-linux-amd64.tar.xz
-DEB       := kvscope_$(VERSION)_amd64.deb
+# ARCH is Go's name for the machine, which is Debian's for amd64 and arm64.
+ARCH      := $(shell $(GO) env GOARCH)
+TARBALL   := kvscope-$(VERSION)-linux-$(ARCH).tar.xz
+DEB       := kvscope_$(VERSION)_$(ARCH).deb
 # xz for the tarball and the .deb (dpkg-deb is part of dpkg); the others
 # are what the packaging test (test/install) needs to open the installed
 # window under Xvfb and take its picture.
@@ -181,6 +183,9 @@ DEB_DEPENDS := libc6, libgl1, libx11-6, libx11-xcb1, libxcursor1, libxi6, libxin
 DIST_LIBS  = $(NATIVE_LIB) $(wildcard native/build/libkvscope_cuda.so)
 STAGE     := $(DIST)/stage
 TREE      := $(STAGE)/tree/kvscope
+# TREE_USR is the tree's usr folder in the recipes' shell: fyne package
+# lays files out under usr/local, or under usr in some versions.
+TREE_USR   = $$([ -d $(TREE)/usr/local ] && echo usr/local || echo usr)
 
 .PHONY: dist dist-tree install uninstall
 test: EXTRA_PKGS += $(INSTALL_TEST_PKGS)
@@ -198,7 +203,7 @@ dist-tree: deps $(NATIVE_LIB)
 	cp FyneApp.toml main.go $(STAGE)/src && cp assets/icon.png $(STAGE)/src/assets
 	cd $(STAGE) && XZ_OPT=-0 $(GO) run $(FYNE_PKG) package -os linux -src $(abspath $(STAGE))/src -exe $(abspath $(STAGE))/kvscope
 	tar -xJf $(STAGE)/kvscope.tar.xz -C $(STAGE)/tree
-	@usr=usr/local; [ -d $(TREE)/usr/local ] || usr=usr; \
+	@usr=$(TREE_USR); \
 	install -Dm644 -t $(TREE)/$$usr/lib/kvscope $(DIST_LIBS) && \
 	printf '%s\n' '' '# Added by kvscope: the native libraries, in PREFIX/lib/kvscope.' \
 		'install: install-lib' 'uninstall: uninstall-lib' 'user-install: user-install-lib' 'user-uninstall: user-uninstall-lib' \
@@ -211,13 +216,13 @@ dist-tree: deps $(NATIVE_LIB)
 # /usr, as the .deb.
 dist: dist-tree
 	tar -cJf $(DIST)/$(TARBALL) -C $(STAGE)/tree kvscope
-	@usr=usr/local; [ -d $(TREE)/usr/local ] || usr=usr; deb=$(STAGE)/deb; \
+	@usr=$(TREE_USR); deb=$(STAGE)/deb; \
 	install -Dm755 $(TREE)/$$usr/bin/kvscope $$deb/usr/bin/kvscope && \
 	install -Dm644 -t $$deb/usr/lib/kvscope $(TREE)/$$usr/lib/kvscope/* && \
 	install -Dm644 $(TREE)/$$usr/share/applications/$(APP_ID).desktop $$deb/usr/share/applications/$(APP_ID).desktop && \
 	install -Dm644 $(TREE)/$$usr/share/pixmaps/$(APP_ID).png $$deb/usr/share/icons/hicolor/256x256/apps/$(APP_ID).png && \
 	mkdir -p $$deb/DEBIAN && \
-	printf '%s\n' 'Package: kvscope' 'Version: $(VERSION)' 'Architecture: amd64' \
+	printf '%s\n' 'Package: kvscope' 'Version: $(VERSION)' 'Architecture: $(ARCH)' \
 		'Maintainer: kvscope developers <kvscope@users.noreply.github.com>' \
 		"Installed-Size: $$(du -sk $$deb/usr | cut -f1)" \
 		'Depends: $(DEB_DEPENDS)' 'Section: utils' 'Priority: optional' \
@@ -233,7 +238,7 @@ dist: dist-tree
 # the desktop entry (its Exec the installed binary's full path, as a
 # launcher's PATH may lack PREFIX/bin) and the icon under PREFIX/share.
 install: dist-tree
-	@usr=usr/local; [ -d $(TREE)/usr/local ] || usr=usr; \
+	@usr=$(TREE_USR); \
 	install -Dm755 $(TREE)/$$usr/bin/kvscope $(DESTDIR)$(PREFIX)/bin/kvscope && \
 	install -Dm644 -t $(DESTDIR)$(PREFIX)/lib/kvscope $(TREE)/$$usr/lib/kvscope/* && \
 	install -Dm644 $(TREE)/$$usr/share/pixmaps/$(APP_ID).png $(DESTDIR)$(PREFIX)/share/icons/hicolor/256x256/apps/$(APP_ID).png && \

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,8 +76,8 @@ func TestPackages(t *testing.T) {
 	if after, err := os.ReadFile(filepath.Join(f.root, "FyneApp.toml")); err != nil || !bytes.Equal(after, fyneApp) {
 		t.Errorf("make dist changed FyneApp.toml (%v):\n%s", err, after)
 	}
-	f.tarball = filepath.Join(dist, "kvscope-"+f.app.Version+"-linux-amd64.tar.xz")
-	f.deb = filepath.Join(dist, "kvscope_"+f.app.Version+"_amd64.deb")
+	f.tarball = filepath.Join(dist, "kvscope-"+f.app.Version+"-linux-"+runtime.GOARCH+".tar.xz")
+	f.deb = filepath.Join(dist, "kvscope_"+f.app.Version+"_"+runtime.GOARCH+".deb")
 	t.Run("tarball", f.testTarball)
 	t.Run("deb", f.testDeb)
 	t.Run("make install", f.testMakeInstall)
@@ -189,7 +190,7 @@ func (f fixture) testTarball(t *testing.T) {
 // unpacked package and from a dpkg install into a directory.
 func (f fixture) testDeb(t *testing.T) {
 	info := output(t, "", nil, "dpkg-deb", "--info", f.deb)
-	for _, want := range []string{"Package: kvscope\n", "Version: " + f.app.Version + "\n", "Architecture: amd64\n", "Depends: "} {
+	for _, want := range []string{"Package: kvscope\n", "Version: " + f.app.Version + "\n", "Architecture: " + runtime.GOARCH + "\n", "Depends: "} {
 		if !strings.Contains(info, want) {
 			t.Errorf("dpkg-deb --info has no %q:\n%s", want, info)
 		}
