@@ -42,8 +42,14 @@ func TestReplyAsJSON(t *testing.T) {
 	bad := `{"type":"integer","minimum":1}`
 	uithread.Locked(func() {
 		p.settings.schema.SetText(bad)
-		if !p.settings.problem.Visible() || !strings.Contains(p.settings.problem.Text, "minimum") {
-			t.Errorf("problem label %q (shown %v), want it to name minimum", p.settings.problem.Text, p.settings.problem.Visible())
+		if !p.settings.badJSON.Visible() || !strings.Contains(p.settings.badJSON.Text, "minimum") {
+			t.Errorf("schema problem label %q (shown %v), want it to name minimum", p.settings.badJSON.Text, p.settings.badJSON.Visible())
+		}
+		// A number field's problem, and its mending, leave the schema's shown.
+		p.settings.topK.SetText("x")
+		p.settings.topK.SetText("40")
+		if !p.settings.badJSON.Visible() || p.settings.problem.Visible() {
+			t.Errorf("after a number field was mended: schema problem shown %v, number problem shown %v; want true, false", p.settings.badJSON.Visible(), p.settings.problem.Visible())
 		}
 		test.Type(p.composer, "And then")
 		test.Tap(p.sendBtn)

@@ -32,8 +32,9 @@ type settingsForm struct {
 	asJSON  *widget.Check
 	schema  *widget.Entry
 	values  map[*widget.Slider]*widget.Label
-	problem *widget.Label
-	loading bool // show is filling the widgets: do not write back
+	problem *widget.Label // a number field's
+	badJSON *widget.Label // the schema's
+	loading bool          // show is filling the widgets: do not write back
 }
 
 func newSettingsForm(p *Pane) *settingsForm {
@@ -62,6 +63,10 @@ func newSettingsForm(p *Pane) *settingsForm {
 	f.problem = widget.NewLabel("")
 	f.problem.Importance = widget.DangerImportance
 	f.problem.Hide()
+	f.badJSON = widget.NewLabel("")
+	f.badJSON.Importance = widget.DangerImportance
+	f.badJSON.Wrapping = fyne.TextWrapWord
+	f.badJSON.Hide()
 	number := func(name string, set func(c *store.Conversation, n int64)) *widget.Entry {
 		e := widget.NewEntry()
 		e.OnChanged = func(s string) {
@@ -110,7 +115,7 @@ func newSettingsForm(p *Pane) *settingsForm {
 		return container.NewBorder(nil, nil, widget.NewLabel(name), nil, e)
 	}
 	nums := container.NewGridWithColumns(3, labeled("Top-k", f.topK), labeled("Max tokens", f.maxTok), labeled("Seed", f.seed))
-	f.root = container.NewVBox(f.system, form, nums, f.asJSON, f.schema, f.problem)
+	f.root = container.NewVBox(f.system, form, nums, f.problem, f.asJSON, f.schema, f.badJSON)
 	return f
 }
 
@@ -145,14 +150,16 @@ func (f *settingsForm) show(c *store.Conversation) {
 	f.checkSchema(c.JSONSchema)
 }
 
-// checkSchema shows why the schema text cannot constrain a reply.
+// checkSchema shows why the schema text cannot constrain a reply, in a
+// label of its own: a number field's problem neither hides it nor is
+// hidden by it.
 func (f *settingsForm) checkSchema(s string) {
 	if _, err := replyConstraint(s); err != nil {
-		f.problem.SetText(fmt.Sprintf("The reply's schema: %v (a JSON reply is refused until it is mended)", err))
-		f.problem.Show()
+		f.badJSON.SetText(fmt.Sprintf("The reply's schema: %v (a JSON reply is refused until it is mended)", err))
+		f.badJSON.Show()
 		return
 	}
-	f.problem.Hide()
+	f.badJSON.Hide()
 }
 
 // replyConstraint is the constraint of a JSON reply: any object, or
