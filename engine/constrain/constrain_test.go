@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -125,6 +128,30 @@ func TestSchemaRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Schema(%s) = %v, want an error naming %q", c.schema, err, c.want)
 		}
+	}
+	// A schema never reads a file: not one it refers to, not its $schema
+	// (a FIFO there would hang the request), and a draft's meta-schema URL
+	// still works.
+	dir := t.TempDir()
+	file := filepath.Join(dir, "s.json")
+	if err := os.WriteFile(file, []byte(`{"type":"integer"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, schema := range []string{
+		`{"$ref":"file://` + file + `"}`,
+		`{"$schema":"file://` + fifo + `","type":"integer"}`,
+		`{"type":"object","properties":{"a":{"$ref":"file://` + file + `#"}}}`,
+	} {
+		if _, err := Schema([]byte(schema)); err == nil || !strings.Contains(err.Error(), "only references within the schema") {
+			t.Errorf("Schema(%s) = %v, want it refused without reading the file", schema, err)
+		}
+	}
+	if _, err := Schema([]byte(`{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"integer"}`)); err != nil {
+		t.Errorf("a draft's $schema: %v", err)
 	}
 	if _, err := Regex(`a\bb`); err == nil {
 		t.Error("a word boundary was accepted")

@@ -242,6 +242,7 @@ func checkSchema(schema []byte) error {
 		return fmt.Errorf("json schema: %w", err)
 	}
 	c := jsonschema.NewCompiler()
+	c.UseLoader(localOnly{}) // never the library's default, which reads file:// URLs
 	const url = "mem://schema.json"
 	if err := c.AddResource(url, doc); err != nil {
 		return fmt.Errorf("json schema: %w", err)
@@ -250,6 +251,17 @@ func checkSchema(schema []byte) error {
 		return fmt.Errorf("json schema: %w", err)
 	}
 	return nil
+}
+
+// localOnly is the schema compiler's loader: a schema comes from a request
+// or a user, so it may refer only to itself (and to the JSON Schema drafts'
+// meta-schemas, which the library holds); a reference to a file or a web
+// address is refused, never read.
+type localOnly struct{}
+
+// Load refuses url.
+func (localOnly) Load(url string) (any, error) {
+	return nil, fmt.Errorf("only references within the schema are followed, not %s", url)
 }
 
 type schemaCompiler struct {
