@@ -277,11 +277,13 @@ func TestGeneratedValidates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		validated := 0
 		for k := range 20 {
 			text, complete := generate(t, g, v, rng, 400)
 			if !complete {
 				continue // cut at max tokens: nothing to validate
 			}
+			validated++
 			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
 			if err != nil {
 				t.Fatalf("schema %d output %d is not JSON: %v\n%s", i, k, err, text)
@@ -289,6 +291,9 @@ func TestGeneratedValidates(t *testing.T) {
 			if err := sch.Validate(inst); err != nil {
 				t.Fatalf("schema %d output %d does not validate: %v\n%s", i, k, err, text)
 			}
+		}
+		if validated < 5 {
+			t.Errorf("schema %d: %d of 20 outputs were complete, too few to check", i, validated)
 		}
 	}
 }
