@@ -100,6 +100,8 @@ func TestMatch(t *testing.T) {
 		{"prefixItems too many", mustSchema(t, `{"type":"array","prefixItems":[{"type":"integer"}],"items":false}`), `[1,2]`, false},
 		{"true schema", mustSchema(t, `true`), `[{"x":null}]`, true},
 		{"optional middle", mustSchema(t, `{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}},"required":["c"]}`), `{"b":2,"c":3}`, true},
+		{"enum text as written", mustSchema(t, `{"enum":["a<b&c"]}`), `"a<b&c"`, true},
+		{"key text as written", mustSchema(t, `{"type":"object","properties":{"x>y":{"const":"<"}},"required":["x>y"]}`), `{"x>y":"<"}`, true},
 		{"optional middle bad comma", mustSchema(t, `{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}},"required":["c"]}`), `{,"c":3}`, false},
 	}
 	for _, c := range cases {

@@ -177,8 +177,7 @@ func canonical(v any) string {
 				if i > 0 {
 					sb.WriteByte(',')
 				}
-				kb, _ := json.Marshal(k)
-				sb.Write(kb)
+				sb.WriteString(jsonText(k))
 				sb.WriteByte(':')
 				w(v.vals[k])
 			}
@@ -197,12 +196,23 @@ func canonical(v any) string {
 		case nil:
 			sb.WriteString("null")
 		default:
-			vb, _ := json.Marshal(v)
-			sb.Write(vb)
+			sb.WriteString(jsonText(v))
 		}
 	}
 	w(v)
 	return sb.String()
+}
+
+// jsonText is v's JSON as a model would write it: json.Marshal's, but with
+// <, > and & as themselves, not HTML-safe escapes.
+func jsonText(v any) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "null" // only strings, numbers and booleans come here
+	}
+	return strings.TrimSuffix(buf.String(), "\n")
 }
 
 // Schema returns a Grammar matching the JSON texts that schema (a JSON
@@ -480,8 +490,7 @@ func (c *schemaCompiler) objectType(s *ordered, path string, at func(string, ...
 		if err != nil {
 			return 0, err
 		}
-		kb, _ := json.Marshal(k)
-		if kvs[i], err = b.rule(seq(b.lit(string(kb)), ref(j.ws), b.lit(":"), ref(j.ws), ref(v), ref(j.ws))); err != nil {
+		if kvs[i], err = b.rule(seq(b.lit(jsonText(k)), ref(j.ws), b.lit(":"), ref(j.ws), ref(v), ref(j.ws))); err != nil {
 			return 0, err
 		}
 	}
