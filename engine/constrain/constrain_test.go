@@ -100,6 +100,11 @@ func TestMatch(t *testing.T) {
 		{"prefixItems too many", mustSchema(t, `{"type":"array","prefixItems":[{"type":"integer"}],"items":false}`), `[1,2]`, false},
 		{"true schema", mustSchema(t, `true`), `[{"x":null}]`, true},
 		{"optional middle", mustSchema(t, `{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}},"required":["c"]}`), `{"b":2,"c":3}`, true},
+		{"enum filtered by type", mustSchema(t, `{"type":"string","enum":["a",1]}`), `"a"`, true},
+		{"enum value of another type", mustSchema(t, `{"type":"string","enum":["a",1]}`), `1`, false},
+		{"integer const", mustSchema(t, `{"type":"integer","const":3}`), `3`, true},
+		{"annotations beside anyOf", mustSchema(t, `{"anyOf":[{"type":"string"},{"type":"null"}],"title":"T","description":"d","default":null}`), `null`, true},
+		{"annotations beside $ref", mustSchema(t, `{"$defs":{"a":{"type":"integer"}},"type":"object","properties":{"x":{"$ref":"#/$defs/a","description":"an int"}},"required":["x"]}`), `{"x":4}`, true},
 		{"enum text as written", mustSchema(t, `{"enum":["a<b&c"]}`), `"a<b&c"`, true},
 		{"key text as written", mustSchema(t, `{"type":"object","properties":{"x>y":{"const":"<"}},"required":["x>y"]}`), `{"x>y":"<"}`, true},
 		{"optional middle bad comma", mustSchema(t, `{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}},"required":["c"]}`), `{,"c":3}`, false},
@@ -124,6 +129,12 @@ func TestSchemaRefused(t *testing.T) {
 		{`{"type":"string","maxLength":100000000}`, "too large"},
 		{`{"type":"array","items":false,"minItems":1}`, "minItems"},
 		{`not json`, "json schema"},
+		// A keyword beside one that decides the value alone would be ignored.
+		{`{"type":"object","properties":{"a":{"type":"integer"}},"anyOf":[{"required":["a"]}]}`, "beside anyOf"},
+		{`{"type":"string","pattern":"a+","maxLength":2}`, "maxLength beside pattern"},
+		{`{"$defs":{"s":{"type":"string"}},"type":"object","properties":{"x":{"$ref":"#/$defs/s","maxLength":1}}}`, "maxLength beside $ref"},
+		{`{"type":"string","format":"date","minLength":3}`, "minLength beside format"},
+		{`{"type":"boolean","enum":["a",1]}`, "no value of enum"},
 	}
 	for _, c := range cases {
 		_, err := Schema([]byte(c.schema))

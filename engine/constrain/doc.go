@@ -18,8 +18,13 @@
 // the formats date, time, date-time and uuid. Keywords that constrain a
 // value in a way the grammar cannot (minimum, multipleOf, allOf of more
 // than one schema, not, uniqueItems, ...) are refused with their name, never
-// ignored. Schemas are first checked with
-// github.com/santhosh-tekuri/jsonschema/v6. A regular expression is parsed
+// ignored; so is a keyword beside one that decides the value alone ($ref,
+// const, enum, anyOf, oneOf, allOf: only type may stand beside const and
+// enum, filtering their values) and a string's minLength or maxLength
+// beside its pattern or format. Annotations (title, description, default,
+// $defs ...) may stand anywhere. Schemas are first checked with
+// github.com/santhosh-tekuri/jsonschema/v6, whose loader follows no
+// reference out of the schema (no file, no web address). A regular expression is parsed
 // by regexp/syntax and must match the whole output; a choice is an
 // alternative of literal strings.
 //

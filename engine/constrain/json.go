@@ -317,18 +317,30 @@ func (c *schemaCompiler) object(s *ordered, path string, at func(string, ...any)
 			return 0, at("the keyword %s is not supported in constrained output", k)
 		}
 	}
+	if err := alone(s, at); err != nil {
+		return 0, err
+	}
 	if r, ok := s.vals["$ref"]; ok {
 		ref, _ := r.(string)
 		return c.ref(ref, at)
 	}
-	if v, ok := s.vals["const"]; ok {
-		return b.litRule(canonical(v))
-	}
-	if v, ok := s.vals["enum"]; ok {
+	for _, k := range []string{"const", "enum"} {
+		v, ok := s.vals[k]
+		if !ok {
+			continue
+		}
 		list, _ := v.([]any)
+		if k == "const" {
+			list = []any{v}
+		}
 		var alts [][]sym
 		for _, x := range list {
-			alts = append(alts, b.lit(canonical(x)))
+			if ofType(x, s.vals["type"]) {
+				alts = append(alts, b.lit(canonical(x)))
+			}
+		}
+		if len(alts) == 0 {
+			return 0, at("no value of %s has the schema's type", k)
 		}
 		return b.rule(alts...)
 	}
@@ -405,6 +417,105 @@ func (c *schemaCompiler) object(s *ordered, path string, at func(string, ...any)
 		alts = append(alts, ref(r))
 	}
 	return b.rule(alts...)
+}
+
+// whole are the keywords each of which decides the value by itself (the
+// compiler returns on meeting one); beside one of them no other keyword
+// that constrains a value may stand, or it would be ignored.
+var whole = []string{"$ref", "const", "enum", "anyOf", "oneOf", "allOf"}
+
+// constraining are the keywords the compiler honours. Others are
+// annotations (title, description, default, $defs ...) or refused
+// (unsupported).
+var constraining = []string{"$ref", "const", "enum", "anyOf", "oneOf", "allOf", "type", "properties", "required",
+	"additionalProperties", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format"}
+
+// alone refuses a schema that puts a constraining keyword beside one of
+// whole's (type beside const or enum excepted: it filters their values),
+// or a string's pattern or format beside its other string keywords:
+// either would be silently ignored.
+func alone(s *ordered, at func(string, ...any) error) error {
+	check := func(k string, except ...string) error {
+		if _, ok := s.vals[k]; !ok {
+			return nil
+		}
+		for _, o := range constraining {
+			if _, ok := s.vals[o]; ok && o != k && !slices.Contains(except, o) {
+				return at("the keyword %s beside %s is not supported in constrained output", o, k)
+			}
+		}
+		return nil
+	}
+	for _, k := range whole {
+		var except []string
+		if k == "const" || k == "enum" {
+			except = []string{"type"}
+		}
+		if err := check(k, except...); err != nil {
+			return err
+		}
+	}
+	for _, k := range []string{"format", "pattern"} {
+		if _, ok := s.vals[k]; !ok {
+			continue
+		}
+		for _, o := range []string{"format", "pattern", "minLength", "maxLength"} {
+			if _, ok := s.vals[o]; ok && o != k {
+				return at("the keyword %s beside %s is not supported in constrained output", o, k)
+			}
+		}
+	}
+	return nil
+}
+
+// ofType reports whether the JSON value v has one of the types t names (a
+// schema's type keyword: a name, a list of names, or nil for any).
+func ofType(v any, t any) bool {
+	var names []string
+	switch t := t.(type) {
+	case nil:
+		return true
+	case string:
+		names = []string{t}
+	case []any:
+		for _, x := range t {
+			if n, ok := x.(string); ok {
+				names = append(names, n)
+			}
+		}
+	}
+	for _, n := range names {
+		switch x := v.(type) {
+		case nil:
+			if n == "null" {
+				return true
+			}
+		case bool:
+			if n == "boolean" {
+				return true
+			}
+		case string:
+			if n == "string" {
+				return true
+			}
+		case json.Number:
+			if n == "number" {
+				return true
+			}
+			if _, err := x.Int64(); n == "integer" && err == nil {
+				return true
+			}
+		case []any:
+			if n == "array" {
+				return true
+			}
+		case *ordered:
+			if n == "object" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ref resolves a local reference (#/$defs/NAME, #/definitions/NAME, #).
