@@ -2,11 +2,9 @@ package remote
 
 import (
 	"kvscope/vllm/vllmtest"
-	"net/http"
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/test"
@@ -24,14 +22,13 @@ func TestViewCloseStopsGoroutines(t *testing.T) {
 	test.NewTempApp(t)
 	pub := vllmtest.NewPublisher(t)
 	met := countingMetrics(t)
-	time.Sleep(50 * time.Millisecond)
-	before := runtime.NumGoroutine()
+	earlier := goroutineIDs() // other tests' goroutines, if any are still ending
+	viewGoroutines := func() []string { return viewGoroutines(earlier) }
 	w := test.NewWindow(nil)
 	defer w.Close()
 	v := New(w)
-	time.Sleep(50 * time.Millisecond)
-	if n := runtime.NumGoroutine(); n > before {
-		t.Errorf("an idle view runs %d goroutines", n-before)
+	if g := viewGoroutines(); len(g) > 0 {
+		t.Errorf("an idle view runs %d goroutines:\n%s", len(g), strings.Join(g, "\n\n"))
 	}
 	uithread.Locked(func() {
 		w.SetContent(v)
@@ -47,16 +44,53 @@ func TestViewCloseStopsGoroutines(t *testing.T) {
 	})
 	pub.Publish(stored([]uint64{1}, nil, 4))
 	uithread.WaitFor(t, "the block", func() bool { return v.vllm.tree.Tree().Blocks == 1 })
+	if len(viewGoroutines()) == 0 {
+		t.Fatal("a watching view runs no goroutine of its own: the test cannot see them stop")
+	}
 	v.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		http.DefaultClient.CloseIdleConnections() // the metrics polls' keep-alive connections
-		time.Sleep(20 * time.Millisecond)
+	var left []string
+	uithread.WaitFor(t, "the view's goroutines to end", func() bool {
+		left = viewGoroutines()
+		return len(left) == 0
+	})
+}
+
+// goroutineIDs returns the ids of the goroutines running now.
+func goroutineIDs() map[string]bool {
+	ids := map[string]bool{}
+	for _, g := range stacks() {
+		ids[strings.Fields(g)[1]] = true
 	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines left after Close:\n%s", n-before, buf[:runtime.Stack(buf, true)])
+	return ids
+}
+
+// stacks returns every goroutine's stack, one string each ("goroutine N
+// [state]:" first).
+func stacks() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Split(string(buf[:n]), "\n\n")
+		}
+		buf = make([]byte, 2*len(buf))
 	}
+}
+
+// viewGoroutines returns the stacks of the goroutines running the view's
+// code (packages remote and kvsub), leaving out the test's own and those
+// in earlier.
+func viewGoroutines(earlier map[string]bool) []string {
+	var out []string
+	for _, g := range stacks() {
+		if earlier[strings.Fields(g)[1]] || strings.Contains(g, "testing.tRunner") {
+			continue
+		}
+		if strings.Contains(g, "kvscope/app/remote.") || strings.Contains(g, "kvscope/vllm/kvsub.") {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // The Remote tab needs no more room than an inspector does: its pages
