@@ -10,7 +10,6 @@ import (
 
 	"fyne.io/fyne/v2/test"
 
-	"kvscope/app/chat"
 	"kvscope/app/store"
 	"kvscope/app/uithread"
 )
@@ -118,7 +117,23 @@ func killChild(t *testing.T, dir string) {
 		}
 		return len(ids) == 2
 	})
-	time.Sleep(3 * chat.SaveEvery)
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uithread.WaitFor(t, "both replies so far to be on disk", func() bool {
+		convs, err := st.LoadConversations()
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved := 0
+		for _, c := range convs.List {
+			if len(c.Messages) == 2 && c.Messages[1].Text != "" {
+				saved++
+			}
+		}
+		return saved == 2
+	})
 	os.Stdout.WriteString("GENERATING\n")
 	time.Sleep(time.Minute)
 }

@@ -176,15 +176,12 @@ func TestSequenceNamesFollowLiveSequences(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	time.Sleep(3 * time.Second)
 	var finished int
-	uithread.Locked(func() {
+	uithread.WaitFor(t, "20 requests of the load to finish", func() bool {
 		finished = a.teach.load.g.Stats().Finished
-		a.teach.load.stop()
+		return finished >= 20
 	})
-	if finished < 20 {
-		t.Fatalf("only %d requests finished in 3 s: too few to tell", finished)
-	}
+	uithread.Locked(a.teach.load.stop)
 	uithread.WaitFor(t, "the load to drain", func() bool {
 		s := a.Engine().Snapshot()
 		return s.Running+s.Waiting == 0 && a.lastSeq != nil && len(a.lastSeq.Requests) == 0

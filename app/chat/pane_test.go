@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/test"
@@ -255,12 +254,16 @@ func TestPersistenceRoundTripAndDraft(t *testing.T) {
 	// Mid-generation, read what is on disk, as a restarted app would after
 	// a kill: the user's message is there, with the reply so far.
 	uithread.WaitFor(t, "some tokens", func() bool { return lastMessage(p).Tokens > 2 })
-	time.Sleep(2 * SaveEvery)
 	st, _ := store.Open(dir)
-	onDisk, err := st.LoadConversations()
-	if err != nil {
-		t.Fatal(err)
-	}
+	var onDisk store.Conversations
+	uithread.WaitFor(t, "the saver to write the reply so far", func() bool {
+		var err error
+		onDisk, err = st.LoadConversations()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(onDisk.List) == 1 && len(onDisk.List[0].Messages) == 2 && onDisk.List[0].Messages[1].Text != ""
+	})
 	if len(onDisk.List) != 1 || len(onDisk.List[0].Messages) != 2 || onDisk.List[0].Messages[0].Text != "Once upon a time" {
 		t.Fatalf("on disk mid-generation: %+v", onDisk.List)
 	}
