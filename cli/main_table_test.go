@@ -256,7 +256,7 @@ func goroutines() int {
 // before, and fails listing the goroutines if it does not.
 func noGoroutinesLeft(t *testing.T, before int) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for goroutines() > before {
 		if time.Now().After(deadline) {
 			var b strings.Builder

@@ -77,7 +77,7 @@ func TestUnreadStreamsEndAtClose(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	e.Close()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
