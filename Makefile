@@ -94,10 +94,12 @@ run: build $(NATIVE_LIB)
 # test: vet, the whole suite under the race detector (the device tests
 # also on the CUDA library emulated on the CPU: cuda-emu; and
 # internal/early, a module of its own), a few seconds of fuzzing the GGUF
-# reader, and the openai client test (test-openai).
+# reader, and the openai client test (test-openai). The timeout is a hang
+# guard: the app package plays every lesson under the race detector, which
+# takes go test's default 10 minutes on a slow or busy two-core machine.
 test: deps $(NATIVE_LIB) cuda-emu
 	$(GO) vet ./...
-	$(GO) test -race ./...
+	$(GO) test -race -timeout 30m ./...
 	$(GO) -C internal/early vet ./... && $(GO) -C internal/early test ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 5s ./engine/gguf
 	$(MAKE) test-openai
