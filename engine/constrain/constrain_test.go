@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -193,46 +195,124 @@ func sharedTokenizer(t testing.TB, rel string) *tokenizer.Tokenizer {
 }
 
 // TestAllowedMatchesBruteForce checks each mask against feeding every
-// token's bytes to a fresh copy of the matcher, along random valid paths.
+// token's bytes to a fresh copy of the matcher, along random valid paths,
+// on a small hand-made vocabulary and on one with a sample of GPT-2's
+// tokens and pieces of valid and invalid UTF-8 (the walk marks whole
+// subtrees of text at once, so these are what it must get right).
 func TestAllowedMatchesBruteForce(t *testing.T) {
-	pieces := []string{"", "{", "}", "\"", "\"a", "a", "ab", "b\"", ":", ": ", " ", ",", "\n", "1", "12", "-", "true", "tr", "ue", "null", "[", "]", "é"[:1], "é"[1:], "é", "\\", "\\n", "x\"}", "{\"", "\":", "name", "\"name\"", "<|end|>"}
-	pieces[len(pieces)-1] = "" // a control token
-	v := NewVocab(pieces)
-	grammars := map[string]*Grammar{
-		"json":   JSON(false),
-		"schema": mustSchema(t, `{"type":"object","properties":{"name":{"type":"string","maxLength":3},"n":{"type":"integer"}},"required":["name"]}`),
+	hand := []string{"", "{", "}", "\"", "\"a", "a", "ab", "b\"", ":", ": ", " ", ",", "\n", "1", "12", "-", "true", "tr", "ue", "null", "[", "]", "é"[:1], "é"[1:], "é", "\\", "\\n", "x\"}", "{\"", "\":", "name", "\"name\"", "<|end|>"}
+	hand[len(hand)-1] = "" // a control token
+	mixed := slices.Clone(hand)
+	for _, p := range []string{"héllo", "\xed\x9f\xbf", "\xed\xa0\x80", "\xc0\xaf", "\xe0\x80\x80", "\xe0\xa0", "\xf4\x8f\xbf\xbf", "\xf4\x90\x80\x80",
+		"\xf0\x9f\x98", "\x98\x80", "a\tb", "ab\x7f", "über\"", "日本語", "日本"[:4], "\u00e9\"}", "abcdefghijklmnopqrstuvwxyz", "\x01",
+		"a\xed\xa0\x80", "a\xc0\xaf", "ab\x98", "é\x80", "aé", "aéé", "aébé", "abc日本", "ab日本"[:5]} {
+		mixed = append(mixed, p)
 	}
-	mask := make([]uint64, v.MaskWords())
+	if f, err := gguf.Open(filepath.Join(testshared.Dir(), "testdata/tokenizer/ggml-vocab-gpt-2.gguf")); err == nil {
+		tok, err := tokenizer.FromGGUF(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(7, 8))
+		for range 3000 {
+			mixed = append(mixed, tok.Piece(rng.IntN(tok.Size())))
+		}
+	} else {
+		t.Log("the GPT-2 vocabulary is missing (KVSCOPE_TESTDATA): the mixed vocabulary has no sample of it")
+	}
+	vocabs := []struct {
+		name   string
+		pieces []string
+	}{{"hand", hand}, {"mixed", mixed}}
+	grammars := []struct {
+		name string
+		g    *Grammar
+	}{
+		{"json", JSON(false)},
+		{"schema", mustSchema(t, `{"type":"object","properties":{"name":{"type":"string","maxLength":3},"n":{"type":"integer"}},"required":["name"]}`)},
+		{"long string", mustSchema(t, `{"type":"array","items":{"type":"string","minLength":2,"maxLength":12}}`)},
+		{"regex", mustRegex(t, `[a-z]{0,6}(x|é)*\.?.{0,3}`)},
+		{"one é", mustRegex(t, `[a-z]*(é[a-z]*)?`)},
+		{"one other", mustRegex(t, `[ -~]*([^ -~][ -~]*)?`)},
+		{"choice", mustChoice(t, []string{"yes", "no", "über", "日本語"})},
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for name, g := range grammars {
-		for walk := range 30 {
-			m := g.NewMatcher()
-			for step := range 12 {
-				n := m.Allowed(v, mask)
-				var ok []int
-				for id, p := range pieces {
-					probe := *m
-					want := p != "" && probe.Advance(p)
-					got := mask[id>>6]&(1<<(id&63)) != 0
-					if got != want {
-						t.Fatalf("%s walk %d step %d: token %q allowed %v, brute force %v", name, walk, step, p, got, want)
+	for _, vc := range vocabs {
+		v := NewVocab(vc.pieces)
+		mask := make([]uint64, v.MaskWords())
+		for _, gc := range grammars {
+			for walk := range 8 {
+				m := gc.g.NewMatcher()
+				for step := range 12 {
+					n := m.Allowed(v, mask)
+					var ok []int
+					for id, p := range vc.pieces {
+						probe := *m
+						want := p != "" && probe.Advance(p)
+						got := mask[id>>6]&(1<<(id&63)) != 0
+						if got != want {
+							t.Fatalf("%s/%s walk %d step %d: token %q allowed %v, brute force %v", vc.name, gc.name, walk, step, p, got, want)
+						}
+						if want {
+							ok = append(ok, id)
+						}
 					}
-					if want {
-						ok = append(ok, id)
+					if n != len(ok) {
+						t.Fatalf("%s/%s: Allowed counted %d, mask has %d", vc.name, gc.name, n, len(ok))
 					}
-				}
-				if n != len(ok) {
-					t.Fatalf("%s: Allowed counted %d, mask has %d", name, n, len(ok))
-				}
-				if len(ok) == 0 {
-					break
-				}
-				if !m.Advance(pieces[ok[rng.IntN(len(ok))]]) {
-					t.Fatal("an allowed token was refused")
+					if len(ok) == 0 {
+						break
+					}
+					if !m.Advance(vc.pieces[ok[rng.IntN(len(ok))]]) {
+						t.Fatal("an allowed token was refused")
+					}
 				}
 			}
 		}
 	}
+}
+
+func mustRegex(t *testing.T, re string) *Grammar {
+	t.Helper()
+	g, err := Regex(re)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func mustChoice(t *testing.T, c []string) *Grammar {
+	t.Helper()
+	g, err := Choice(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestUTF8Next checks the trie's UTF-8 decoder against utf8.Valid on
+// every string of up to three bytes from an alphabet of boundary bytes.
+func TestUTF8Next(t *testing.T) {
+	alpha := []byte{0x41, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xe1, 0xec, 0xed, 0xee, 0xef, 0xf0, 0xf1, 0xf3, 0xf4, 0xf5, 0xff}
+	var rec func(s []byte)
+	rec = func(s []byte) {
+		u := byte(0)
+		for _, c := range s {
+			if u != utf8Bad {
+				u = utf8Next(u, c)
+			}
+		}
+		if got, want := u == 0, utf8.Valid(s); got != want {
+			t.Fatalf("% x: decoder ends between characters %v, utf8.Valid %v", s, got, want)
+		}
+		if len(s) < 4 {
+			for _, c := range alpha {
+				rec(append(slices.Clone(s), c))
+			}
+		}
+	}
+	rec(nil)
 }
 
 // generate draws random allowed tokens until the matcher is done, is

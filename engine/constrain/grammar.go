@@ -3,6 +3,7 @@ package constrain
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"unsafe"
@@ -18,6 +19,12 @@ func (c *class) add(lo, hi byte) {
 }
 
 func (c class) has(b byte) bool { return c[b>>6]&(1<<(b&63)) != 0 }
+
+func (c *class) or(d class) {
+	for i := range c {
+		c[i] |= d[i]
+	}
+}
 
 func byteRange(lo, hi byte) class {
 	var c class
@@ -192,6 +199,58 @@ type stateInfo struct {
 	nodes  []int32 // sorted top nodes (0: an empty stack, the match is complete)
 	accept bool
 	done   bool // accept, and no byte can follow
+	// The state's plain run (see plain), once worked out: the bytes that
+	// all lead to one live state, next.
+	planned bool
+	plain   summary // the part of the run's bytes a summary can say
+	next    int32
+	text    int8 // textLoop's finding: 0 not yet looked at, 1 yes, -1 no
+}
+
+// summary is a byte set in 128 bits: printable ASCII and DEL one bit each
+// (bits 0-95 for 0x20-0x7f), the control characters in 4 groups of 8
+// (bits 96-99) and the bytes from 0x80 in 16 groups of 8 (bits 100-115).
+// A trie node keeps the summary of the bytes below it, so that a walk
+// checks a subtree against a state's plain run in two words.
+type summary [2]uint64
+
+func summaryBit(c byte) int {
+	switch {
+	case c >= 0x80:
+		return 100 + int(c-0x80)>>3
+	case c < 0x20:
+		return 96 + int(c)>>3
+	}
+	return int(c - 0x20)
+}
+
+// summarize is the summary of the bytes of c.
+func summarize(c *class) summary {
+	var s summary
+	for b := range 256 {
+		if c.has(byte(b)) {
+			k := summaryBit(byte(b))
+			s[k>>6] |= 1 << (k & 63)
+		}
+	}
+	return s
+}
+
+// inner is the summary of the groups of bytes wholly in c: a set whose
+// summary is within it is within c.
+func inner(c *class) summary {
+	var out summary
+	for b := range 256 {
+		k := summaryBit(byte(b))
+		out[k>>6] |= 1 << (k & 63)
+	}
+	for b := range 256 {
+		if !c.has(byte(b)) {
+			k := summaryBit(byte(b))
+			out[k>>6] &^= 1 << (k & 63)
+		}
+	}
+	return out
 }
 
 // maxStacks bounds the stacks of one parse position: a pathologically
@@ -309,8 +368,148 @@ func (g *Grammar) compute(st int32, c byte) int32 {
 	if len(g.buf) > 0 {
 		next = g.intern(g.buf)
 	}
+	// Every byte that the same top nodes match leads to the same state:
+	// record them all, so that a state's 256 bytes cost a closure per
+	// distinct set of matching nodes, not per byte.
+	{
+		var same class
+		for b := range same {
+			same[b] = ^uint64(0)
+		}
+		for _, n := range g.states[st].nodes {
+			if n == 0 {
+				continue
+			}
+			cl := &g.classes[g.code[g.nodes[n].pos]]
+			if cl.has(c) {
+				same[0], same[1], same[2], same[3] = same[0]&cl[0], same[1]&cl[1], same[2]&cl[2], same[3]&cl[3]
+			} else {
+				same[0], same[1], same[2], same[3] = same[0]&^cl[0], same[1]&^cl[1], same[2]&^cl[2], same[3]&^cl[3]
+			}
+		}
+		row := g.trans[int(st)<<8 : int(st)<<8+256]
+		for w, m := range same {
+			for m != 0 {
+				row[w<<6|bits.TrailingZeros64(m)] = next + 1
+				m &= m - 1
+			}
+		}
+	}
 	g.trans[int(st)<<8|int(c)] = next + 1
 	return next
+}
+
+// plan works out st's plain run: of its live successors, the one the most
+// bytes lead to (next), and those bytes (plain). Inside a JSON string,
+// say, every character but the quote, the backslash and the start of a
+// multi-byte character leads back to the same state.
+func (g *Grammar) plan(st int32) *stateInfo {
+	if !g.states[st].planned {
+		var next [256]int32
+		votes := map[int32]int{}
+		best := int32(0)
+		for c := range 256 {
+			t := g.step(st, byte(c))
+			next[c] = t
+			if t != 0 {
+				votes[t]++
+				if votes[t] > votes[best] || votes[t] == votes[best] && t < best {
+					best = t
+				}
+			}
+		}
+		var plain class
+		for c := range 256 {
+			if best != 0 && next[c] == best {
+				plain.add(byte(c), byte(c))
+			}
+		}
+		info := &g.states[st] // after the steps, which may grow g.states
+		info.planned, info.next, info.plain = true, best, inner(&plain)
+	}
+	return &g.states[st]
+}
+
+// spans reports whether every string of up to depth bytes of set keeps
+// the output valid from st: each of the depth states along st's plain run
+// takes all of set to the next one (a state whose run comes back to
+// itself takes any length). The caller holds g.mu.
+func (g *Grammar) spans(st int32, set summary, depth int) bool {
+	for range depth {
+		info := g.plan(st)
+		if info.next == 0 || set[0]&^info.plain[0]|set[1]&^info.plain[1] != 0 {
+			return false
+		}
+		if info.next == st {
+			return true
+		}
+		st = info.next
+	}
+	return true
+}
+
+// textLoop reports whether st is a loop over text: its plain run comes
+// back to it, and every multi-byte UTF-8 character leads back to it too,
+// through live states for each of its bytes (a JSON string's characters,
+// say). Then any valid UTF-8 whose ASCII bytes (and control characters,
+// by their summary) are in the run keeps the output valid from st, which
+// set (a trie node's bytes below) is checked for. The caller holds g.mu.
+func (g *Grammar) textLoop(st int32, set summary) bool {
+	info := g.plan(st)
+	if info.next != st {
+		return false
+	}
+	const ascii = 1<<36 - 1 // summary bits of word 1 below the multi-byte groups
+	if set[0]&^info.plain[0]|set[1]&ascii&^info.plain[1] != 0 {
+		return false
+	}
+	if info.text == 0 {
+		ok := g.utf8Loop(st)
+		info = &g.states[st] // the walk may grow g.states
+		info.text = -1
+		if ok {
+			info.text = 1
+		}
+	}
+	return info.text > 0
+}
+
+// utf8Loop walks the pairs of (state, decoder state) that multi-byte
+// characters reach from st, and reports whether all are live and every
+// character ends back at st.
+func (g *Grammar) utf8Loop(st int32) bool {
+	type pair struct {
+		st int32
+		u  byte
+	}
+	seen := map[pair]bool{}
+	todo := []pair{{st, 0}}
+	for len(todo) > 0 {
+		p := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		for c := 0x80; c < 0x100; c++ {
+			u := utf8Next(p.u, byte(c))
+			if u == utf8Bad {
+				continue
+			}
+			t := g.step(p.st, byte(c))
+			switch {
+			case t == 0:
+				return false
+			case u == 0:
+				if t != st {
+					return false
+				}
+			case !seen[pair{t, u}]:
+				if len(seen) > 256 {
+					return false
+				}
+				seen[pair{t, u}] = true
+				todo = append(todo, pair{t, u})
+			}
+		}
+	}
+	return true
 }
 
 // A Matcher follows one output through a Grammar. It is not safe for

@@ -12,20 +12,28 @@ import (
 type Vocab struct {
 	size   int
 	pieces []string
-	// The trie in preorder, so that a walk reads memory in order: node 0
-	// is the root, and node i's subtree is nodes i .. nodes[i].end-1.
+	// The trie, node 0 its root. The children of a node lie side by side
+	// (nodes[kids:kids+nkids], in byte order), so that a walk reads a
+	// node's children in one run of memory and jumps only to go deeper.
 	nodes []trieNode
-	dups  map[int32][]int32 // more tokens of a node whose bytes two tokens share
-	depth int               // the longest piece
+	// toks holds every token in trie preorder, so that the tokens of a
+	// node's subtree are toks[tokLo:tokHi] and its own (one, or more for
+	// tokens with the same bytes) the first own of them.
+	toks []int32
 }
 
-// trieNode is one trie node: the byte of the edge into it, its depth, the
-// end of its subtree and the token whose bytes end there (-1: none).
+// trieNode is one trie node: the bytes on the edges below it (as a
+// summary), where its children are, its tokens, how much deeper its
+// subtree goes and the byte of the edge into it.
 type trieNode struct {
-	label byte
-	depth uint16
-	end   int32
-	tok   int32
+	bytes        summary
+	kids         int32
+	tokLo, tokHi int32
+	nkids        uint16
+	below        uint16
+	own          uint8
+	label        byte
+	utf8         uint8 // utf8Next's state after the node's bytes, | utf8Whole when the bytes below continue it validly
 }
 
 // maxPiece bounds the pieces the trie holds (a longer one, which no real
@@ -36,12 +44,11 @@ const maxPiece = 1 << 15
 // an empty piece marks a token that constrained output never uses
 // (control, unknown and unused tokens).
 func NewVocab(pieces []string) *Vocab {
-	v := &Vocab{size: len(pieces), pieces: pieces, dups: map[int32][]int32{}}
+	v := &Vocab{size: len(pieces), pieces: pieces}
 	order := make([]int32, 0, len(pieces))
 	for id, p := range pieces {
 		if p != "" && len(p) < maxPiece {
 			order = append(order, int32(id))
-			v.depth = max(v.depth, len(p))
 		}
 	}
 	slices.SortFunc(order, func(a, b int32) int {
@@ -50,32 +57,61 @@ func NewVocab(pieces []string) *Vocab {
 		}
 		return int(a - b)
 	})
-	// node adds the node of order[lo:hi], which share a prefix of length
-	// depth, then its children.
-	var node func(lo, hi, depth int, label byte)
-	node = func(lo, hi, depth int, label byte) {
-		n := len(v.nodes)
-		v.nodes = append(v.nodes, trieNode{label: label, depth: uint16(depth), tok: -1})
+	type group struct {
+		lo, hi int
+		c      byte
+	}
+	// build fills node n, whose tokens are order[lo:hi] (sharing a prefix
+	// of length depth), and its subtree, and returns the bytes below it
+	// and how much deeper it goes.
+	var build func(n, lo, hi, depth int, u8 uint8) (class, int, bool)
+	build = func(n, lo, hi, depth int, u8 uint8) (class, int, bool) {
+		v.nodes[n].tokLo = int32(len(v.toks))
+		own := 0
 		for lo < hi && len(pieces[order[lo]]) == depth {
-			if v.nodes[n].tok < 0 {
-				v.nodes[n].tok = order[lo]
-			} else {
-				v.dups[int32(n)] = append(v.dups[int32(n)], order[lo])
-			}
+			v.toks = append(v.toks, order[lo])
 			lo++
+			own++
 		}
+		var groups []group
 		for lo < hi {
 			c := pieces[order[lo]][depth]
 			k := lo
 			for k < hi && pieces[order[k]][depth] == c {
 				k++
 			}
-			node(lo, k, depth+1, c)
+			groups = append(groups, group{lo, k, c})
 			lo = k
 		}
-		v.nodes[n].end = int32(len(v.nodes))
+		kids := len(v.nodes)
+		for _, gr := range groups {
+			v.nodes = append(v.nodes, trieNode{label: gr.c})
+		}
+		var below class
+		deepest := 0
+		whole := u8 != utf8Bad
+		for j, gr := range groups {
+			next := utf8Next(u8, gr.c)
+			set, d, w := build(kids+j, gr.lo, gr.hi, depth+1, next)
+			below.or(set)
+			below.add(gr.c, gr.c)
+			deepest = max(deepest, d+1)
+			whole = whole && w && next != utf8Bad
+		}
+		nd := &v.nodes[n]
+		nd.kids, nd.nkids = int32(kids), uint16(len(groups))
+		nd.tokHi = int32(len(v.toks))
+		nd.own = uint8(min(own, 255))
+		nd.below = uint16(deepest)
+		nd.bytes = summarize(&below)
+		nd.utf8 = u8
+		if whole {
+			nd.utf8 |= utf8Whole
+		}
+		return below, deepest, whole
 	}
-	node(0, len(order), 0, 0)
+	v.nodes = []trieNode{{}}
+	build(0, 0, len(order), 0, 0)
 	return v
 }
 
@@ -135,38 +171,109 @@ type cachedMask struct {
 	n    int
 }
 
-// fill walks the trie in preorder from state st, skipping the subtree of
-// every dead prefix, and marks the tokens it reaches.
+// fill walks the trie depth first from state st, dropping the subtree of
+// every dead prefix, and marks the tokens it reaches. A subtree whose
+// bytes all take the automaton along its plain run (spans) is marked
+// whole without a walk: inside a JSON string, say, most of the vocabulary
+// is marked that way, a subtree at a time.
 func (g *Grammar) fill(v *Vocab, st int32, mask []uint64) int {
-	states := make([]int32, v.depth+2) // states[d]: the state at the current node's parent of depth d
-	states[0] = st
+	type level struct{ next, end, st int32 } // children left to visit, and their parent's state
+	root := &v.nodes[0]
+	stack := []level{{root.kids, root.kids + int32(root.nkids), st}}
 	count := 0
-	nodes := v.nodes
-	for i := int32(1); i < int32(len(nodes)); {
-		n := &nodes[i]
-		from := states[n.depth-1]
-		ns := g.trans[int(from)<<8|int(n.label)] - 1
-		if ns < 0 {
-			ns = g.compute(from, n.label)
-		}
-		if ns == 0 {
-			i = n.end
+	nodes, toks := v.nodes, v.toks
+	for len(stack) > 0 {
+		top := &stack[len(stack)-1]
+		if top.next == top.end {
+			stack = stack[:len(stack)-1]
 			continue
 		}
-		states[n.depth] = ns
-		if id := n.tok; id >= 0 {
-			mask[id>>6] |= 1 << (id & 63)
-			count++
-			if more, ok := v.dups[i]; ok {
-				for _, id := range more {
-					mask[id>>6] |= 1 << (id & 63)
-				}
-				count += len(more)
-			}
+		n := &nodes[top.next]
+		top.next++
+		ns := g.trans[int(top.st)<<8|int(n.label)] - 1
+		if ns < 0 {
+			ns = g.compute(top.st, n.label)
 		}
-		i++
+		if ns == 0 {
+			continue
+		}
+		hi := n.tokLo + int32(n.own)
+		if n.below > 0 && (g.spans(ns, n.bytes, int(n.below)) || n.utf8 == utf8Whole && g.textLoop(ns, n.bytes)) {
+			hi = n.tokHi
+		} else if n.nkids > 0 {
+			stack = append(stack, level{n.kids, n.kids + int32(n.nkids), ns})
+		}
+		for _, id := range toks[n.tokLo:hi] {
+			mask[id>>6] |= 1 << (id & 63)
+		}
+		count += int(hi - n.tokLo)
 	}
 	return count
+}
+
+// The states of a strict UTF-8 decoder (utf8Next): 0 between characters,
+// 1-7 within one, utf8Bad after an invalid byte.
+const (
+	utf8Bad   = 8
+	utf8Whole = 0x80 // trieNode.utf8: the bytes below are valid UTF-8 on from here
+)
+
+// utf8Next is the decoder's state after byte c in state u: 1 continuation
+// byte left; 2 two left; 3 two left after E0 (A0-BF next); 4 two left
+// after ED (80-9F next, no surrogates); 5 three left; 6 three left after
+// F0 (90-BF next); 7 three left after F4 (80-8F next).
+func utf8Next(u, c byte) byte {
+	cont := c >= 0x80 && c <= 0xbf
+	switch u {
+	case 0:
+		switch {
+		case c < 0x80:
+			return 0
+		case c >= 0xc2 && c <= 0xdf:
+			return 1
+		case c == 0xe0:
+			return 3
+		case c == 0xed:
+			return 4
+		case c >= 0xe1 && c <= 0xef:
+			return 2
+		case c == 0xf0:
+			return 6
+		case c >= 0xf1 && c <= 0xf3:
+			return 5
+		case c == 0xf4:
+			return 7
+		}
+	case 1:
+		if cont {
+			return 0
+		}
+	case 2:
+		if cont {
+			return 1
+		}
+	case 3:
+		if c >= 0xa0 && c <= 0xbf {
+			return 1
+		}
+	case 4:
+		if c >= 0x80 && c <= 0x9f {
+			return 1
+		}
+	case 5:
+		if cont {
+			return 2
+		}
+	case 6:
+		if c >= 0x90 && c <= 0xbf {
+			return 2
+		}
+	case 7:
+		if c >= 0x80 && c <= 0x8f {
+			return 2
+		}
+	}
+	return utf8Bad
 }
 
 // FromTokenizer is the Vocab of tok: the bytes of its normal, byte and
