@@ -129,11 +129,13 @@ fuzz: deps
 # random Q4_0 and Q8_0 weights beside the machine's bandwidth limit and,
 # where $(TESTDATA)/peers/llama.cpp/bin holds llama.cpp's benchmarks, beside
 # llama.cpp's figures measured on the same files in the same run; then the
-# K/V precision and allocator tables, and the Go and native kernels'
+# K/V precision and allocator tables, sampling time per token with and
+# without a JSON schema on a 128k-token vocabulary, and the Go and native kernels'
 # throughput in GB/s.
 bench: build $(NATIVE_LIB)
 	./$(BIN) bench speed --peer $(TESTDATA)/peers/llama.cpp/bin
 	./$(BIN) bench cache
+	./$(BIN) bench sample
 	@echo "Matrix kernels: MB/s of weights read (bench speed above measured this machine's read bandwidth, the bound for one vector)"
 	$(GO) test -run '^$$' -bench 'MatMul' -benchtime 20x ./engine/quant
 	$(GO) test -run '^$$' -bench 'MatMul' -benchtime 20x ./engine/backend/native

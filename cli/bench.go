@@ -23,14 +23,17 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		return benchCache(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "speed":
 		return benchSpeed(args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "sample":
+		return benchSample(args[1:], stdout, stderr)
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprintln(stderr, "usage: kvscope bench cache [flags]  K/V precision quality and capacity, and allocator waste")
 		fmt.Fprintln(stderr, "       kvscope bench speed [flags]  prefill and decode tokens/s of a real model's shape, beside llama.cpp's on the same file")
+		fmt.Fprintln(stderr, "       kvscope bench sample [flags] sampling time per token with and without a JSON schema, on a 128k-token vocabulary")
 		return flag.ErrHelp
 	case len(args) == 0:
-		return &usageError{cmd: "bench", err: errors.New("no benchmark given: want cache or speed")}
+		return &usageError{cmd: "bench", err: errors.New("no benchmark given: want cache, speed or sample")}
 	}
-	return &usageError{cmd: "bench", err: fmt.Errorf("unknown benchmark %q: want cache or speed", args[0])}
+	return &usageError{cmd: "bench", err: fmt.Errorf("unknown benchmark %q: want cache, speed or sample", args[0])}
 }
 
 // sharedPath is a file in the shared test data ($KVSCOPE_TESTDATA or

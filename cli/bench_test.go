@@ -246,3 +246,30 @@ func TestParseBatchedBench(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchSample runs bench sample on a small extended vocabulary and
+// checks its table: the four rows, each with tokens and positive times.
+func TestBenchSample(t *testing.T) {
+	vocab := filepath.Join(testshared.Dir(), "testdata", "tokenizer", "ggml-vocab-gpt-2.gguf")
+	if _, err := os.Stat(vocab); err != nil {
+		t.Skipf("no GPT-2 vocabulary: %v", err)
+	}
+	code, out, stderr := run(t, "bench", "sample", "-m", vocab, "--vocab", "60000", "-r", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "vocabulary: 60000 tokens") || !strings.Contains(out, "decode step of Llama 3.2 1B Q4_K_M") {
+		t.Fatalf("no vocabulary or decode-step line:\n%s", out)
+	}
+	for _, row := range []string{"none", "JSON object", "JSON schema, compiled per request", "JSON schema, compiled once"} {
+		i := strings.Index(out, row+"  ")
+		if i < 0 {
+			t.Fatalf("no row %q:\n%s", row, out)
+		}
+		line, _, _ := strings.Cut(out[i+len(row):], "\n")
+		f := strings.Fields(line)
+		if len(f) != 6 || f[0] == "0" || f[1] == "0" {
+			t.Errorf("row %q: want tokens, 3 times and 2 shares, got %q", row, line)
+		}
+	}
+}

@@ -205,7 +205,7 @@ func TestAllowedMatchesBruteForce(t *testing.T) {
 	mixed := slices.Clone(hand)
 	for _, p := range []string{"héllo", "\xed\x9f\xbf", "\xed\xa0\x80", "\xc0\xaf", "\xe0\x80\x80", "\xe0\xa0", "\xf4\x8f\xbf\xbf", "\xf4\x90\x80\x80",
 		"\xf0\x9f\x98", "\x98\x80", "a\tb", "ab\x7f", "über\"", "日本語", "日本"[:4], "\u00e9\"}", "abcdefghijklmnopqrstuvwxyz", "\x01",
-		"a\xed\xa0\x80", "a\xc0\xaf", "ab\x98", "é\x80", "aé", "aéé", "aébé", "abc日本", "ab日本"[:5]} {
+		"a\xed\xa0\x80", "a\xc0\xaf", "ab\x98", "é\x80", "aé", "aéé", "aébé", "abc日本", "ab日本"[:5], "abcdefx", "abcdefgx", "abcdefghx", "xxxx", "abcxxx", "abcdex", "121", "127", "1212", "98"} {
 		mixed = append(mixed, p)
 	}
 	if f, err := gguf.Open(filepath.Join(testshared.Dir(), "testdata/tokenizer/ggml-vocab-gpt-2.gguf")); err == nil {
@@ -234,6 +234,7 @@ func TestAllowedMatchesBruteForce(t *testing.T) {
 		{"long string", mustSchema(t, `{"type":"array","items":{"type":"string","minLength":2,"maxLength":12}}`)},
 		{"regex", mustRegex(t, `[a-z]{0,6}(x|é)*\.?.{0,3}`)},
 		{"one é", mustRegex(t, `[a-z]*(é[a-z]*)?`)},
+		{"run changes", mustRegex(t, `\d{2}[0-4]*`)},
 		{"one other", mustRegex(t, `[ -~]*([^ -~][ -~]*)?`)},
 		{"choice", mustChoice(t, []string{"yes", "no", "über", "日本語"})},
 	}

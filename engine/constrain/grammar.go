@@ -203,6 +203,7 @@ type stateInfo struct {
 	// all lead to one live state, next.
 	planned bool
 	plain   summary // the part of the run's bytes a summary can say
+	live    summary // the bytes that lead to a live state, or more (a summary's groups)
 	next    int32
 	text    int8 // textLoop's finding: 0 not yet looked at, 1 yes, -1 no
 }
@@ -425,27 +426,41 @@ func (g *Grammar) plan(st int32) *stateInfo {
 			}
 		}
 		info := &g.states[st] // after the steps, which may grow g.states
-		info.planned, info.next, info.plain = true, best, inner(&plain)
+		var live class
+		for c := range 256 {
+			if next[c] != 0 {
+				live.add(byte(c), byte(c))
+			}
+		}
+		info.planned, info.next, info.plain, info.live = true, best, inner(&plain), summarize(&live)
 	}
 	return &g.states[st]
 }
 
-// spans reports whether every string of up to depth bytes of set keeps
-// the output valid from st: each of the depth states along st's plain run
-// takes all of set to the next one (a state whose run comes back to
-// itself takes any length). The caller holds g.mu.
-func (g *Grammar) spans(st int32, set summary, depth int) bool {
-	for range depth {
+// spans follows st's plain run for up to depth bytes of set (a trie
+// node's bytes below, whose subtree goes depth deeper) and returns how
+// many bytes of it every string of set's bytes keeps valid, and the state
+// there: each state along the run must take all of set to the next one,
+// and a state whose run comes back to itself takes any length (depth).
+// The caller holds g.mu.
+func (g *Grammar) spans(st int32, set summary, depth int) (int, int32) {
+	for i := range depth {
 		info := g.plan(st)
 		if info.next == 0 || set[0]&^info.plain[0]|set[1]&^info.plain[1] != 0 {
-			return false
+			return i, st
 		}
 		if info.next == st {
-			return true
+			return depth, st
 		}
 		st = info.next
 	}
-	return true
+	return depth, st
+}
+
+// stops reports whether no byte of set keeps the output valid from st.
+func (g *Grammar) stops(st int32, set summary) bool {
+	live := &g.plan(st).live
+	return set[0]&live[0]|set[1]&live[1] == 0
 }
 
 // textLoop reports whether st is a loop over text: its plain run comes

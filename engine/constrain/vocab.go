@@ -20,6 +20,7 @@ type Vocab struct {
 	// node's subtree are toks[tokLo:tokHi] and its own (one, or more for
 	// tokens with the same bytes) the first own of them.
 	toks []int32
+	lens []uint16 // the byte length of each token of toks
 }
 
 // trieNode is one trie node: the bytes on the edges below it (as a
@@ -70,6 +71,7 @@ func NewVocab(pieces []string) *Vocab {
 		own := 0
 		for lo < hi && len(pieces[order[lo]]) == depth {
 			v.toks = append(v.toks, order[lo])
+			v.lens = append(v.lens, uint16(depth))
 			lo++
 			own++
 		}
@@ -177,11 +179,17 @@ type cachedMask struct {
 // whole without a walk: inside a JSON string, say, most of the vocabulary
 // is marked that way, a subtree at a time.
 func (g *Grammar) fill(v *Vocab, st int32, mask []uint64) int {
-	type level struct{ next, end, st int32 } // children left to visit, and their parent's state
+	type level struct{ next, end, st, depth int32 } // children left to visit, their parent's state and their depth
 	root := &v.nodes[0]
-	stack := []level{{root.kids, root.kids + int32(root.nkids), st}}
+	stack := []level{{root.kids, root.kids + int32(root.nkids), st, 1}}
 	count := 0
 	nodes, toks := v.nodes, v.toks
+	mark := func(lo, hi int32) {
+		for _, id := range toks[lo:hi] {
+			mask[id>>6] |= 1 << (id & 63)
+		}
+		count += int(hi - lo)
+	}
 	for len(stack) > 0 {
 		top := &stack[len(stack)-1]
 		if top.next == top.end {
@@ -197,16 +205,32 @@ func (g *Grammar) fill(v *Vocab, st int32, mask []uint64) int {
 		if ns == 0 {
 			continue
 		}
-		hi := n.tokLo + int32(n.own)
-		if n.below > 0 && (g.spans(ns, n.bytes, int(n.below)) || n.utf8 == utf8Whole && g.textLoop(ns, n.bytes)) {
-			hi = n.tokHi
-		} else if n.nkids > 0 {
-			stack = append(stack, level{n.kids, n.kids + int32(n.nkids), ns})
+		if n.below > 0 {
+			d, end := g.spans(ns, n.bytes, int(n.below))
+			if d == int(n.below) || n.utf8 == utf8Whole && g.textLoop(ns, n.bytes) {
+				mark(n.tokLo, n.tokHi)
+				continue
+			}
+			if d > 0 && g.stops(end, n.bytes) {
+				// The run takes every string of the subtree's bytes d
+				// bytes deep, and none of them further (a string's
+				// last characters before its maxLength, say): the
+				// tokens up to d bytes below are in, the rest out.
+				limit := top.depth + int32(d)
+				for k := n.tokLo; k < n.tokHi; k++ {
+					if int32(v.lens[k]) <= limit {
+						id := toks[k]
+						mask[id>>6] |= 1 << (id & 63)
+						count++
+					}
+				}
+				continue
+			}
+			if n.nkids > 0 {
+				stack = append(stack, level{n.kids, n.kids + int32(n.nkids), ns, top.depth + 1})
+			}
 		}
-		for _, id := range toks[n.tokLo:hi] {
-			mask[id>>6] |= 1 << (id & 63)
-		}
-		count += int(hi - n.tokLo)
+		mark(n.tokLo, n.tokLo+int32(n.own))
 	}
 	return count
 }
