@@ -268,8 +268,8 @@ func TestBenchSample(t *testing.T) {
 		}
 		line, _, _ := strings.Cut(out[i+len(row):], "\n")
 		f := strings.Fields(line)
-		if len(f) != 6 || f[0] == "0" || f[1] == "0" {
-			t.Errorf("row %q: want tokens, 3 times and 2 shares, got %q", row, line)
+		if len(f) != 9 || f[0] == "0" || f[1] == "0" {
+			t.Errorf("row %q: want tokens, 6 times and 2 shares, got %q", row, line)
 		}
 	}
 }

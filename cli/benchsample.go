@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -56,13 +57,23 @@ func benchSample(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stdout, "Sampling time per token: llama.cpp's default chain (top-k 40, top-p 0.95, min-p 0.05, temperature 0.8)")
-	fmt.Fprintln(stdout, "over random logits, and with a constraint its mask, the sampling and the matcher's advance.")
+	fmt.Fprintln(stdout, "over random logits, and with a constraint its mask, the sampling and the matcher's advance; wall")
+	fmt.Fprintln(stdout, "time, and the thread's CPU time (without the time other processes took the core), where it can be read.")
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "constraint\ttokens\tmean µs\tp99 µs\tworst µs\tmean / decode step\tworst / decode step\t")
+	fmt.Fprintln(tw, "constraint\ttokens\tmean µs\tp99 µs\tworst µs\tCPU mean µs\tCPU p99 µs\tCPU worst µs\tmean / decode step\tworst / decode step\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.1f%%\t%.1f%%\t\n", r.name, r.tokens, r.mean*1e6, r.p99*1e6, r.worst*1e6, 100*r.mean/step, 100*r.worst/step)
+		worst := r.worst
+		if r.cpu {
+			worst = r.cpuWorst
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f%%\t%.1f%%\t\n", r.name, r.tokens, r.mean*1e6, r.p99*1e6, r.worst*1e6,
+			cpuCell(r.cpu, r.cpuMean), cpuCell(r.cpu, r.cpuP99), cpuCell(r.cpu, r.cpuWorst), 100*r.mean/step, 100*worst/step)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "(worst / decode step: of the CPU time where it was read, else of the wall time)")
+	return nil
 }
 
 // extendPieces pads pieces up to n with concatenations of two random
@@ -92,11 +103,30 @@ func extendPieces(pieces []string, n int) []string {
 	return pieces
 }
 
+func cpuCell(ok bool, sec float64) string {
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", sec*1e6)
+}
+
 // sampleRow is one row of bench sample's table, in seconds.
 type sampleRow struct {
-	name             string
-	tokens           int
-	mean, p99, worst float64
+	name                      string
+	tokens                    int
+	mean, p99, worst          float64
+	cpu                       bool // the CPU times were read
+	cpuMean, cpuP99, cpuWorst float64
+}
+
+// spread returns the mean, the 99th percentile and the largest of times
+// (sorted here).
+func spread(times []float64) (mean, p99, worst float64) {
+	slices.Sort(times)
+	for _, t := range times {
+		mean += t
+	}
+	return mean / float64(len(times)), times[len(times)*99/100], times[len(times)-1]
 }
 
 // sampleRows times sampling steps with no constraint, a JSON object, the
@@ -126,12 +156,15 @@ func sampleRows(v *constrain.Vocab, reqs int) ([]sampleRow, error) {
 	}
 	var rows []sampleRow
 	mask := make([]uint64, v.MaskWords())
+	runtime.LockOSThread() // the thread's CPU time is the steps'
+	defer runtime.UnlockOSThread()
 	for _, c := range cases {
 		s, err := sample.New(sample.DefaultParams())
 		if err != nil {
 			return nil, err
 		}
-		var times []float64
+		var times, cpus []float64
+		cpuOK := true
 		for range reqs {
 			var m *constrain.Matcher
 			if c.make != nil {
@@ -143,6 +176,7 @@ func sampleRows(v *constrain.Vocab, reqs int) ([]sampleRow, error) {
 			}
 			for k := range 64 {
 				lg := logits[k%len(logits)]
+				c0, ok0 := threadCPU()
 				t0 := time.Now()
 				if m == nil {
 					s.Sample(lg, nil)
@@ -156,18 +190,18 @@ func sampleRows(v *constrain.Vocab, reqs int) ([]sampleRow, error) {
 					}
 				}
 				times = append(times, time.Since(t0).Seconds())
+				c1, ok1 := threadCPU()
+				cpuOK = cpuOK && ok0 && ok1
+				cpus = append(cpus, (c1 - c0).Seconds())
 				if m != nil && m.Done() {
 					break
 				}
 			}
 		}
-		slices.Sort(times)
-		total := 0.0
-		for _, t := range times {
-			total += t
-		}
-		rows = append(rows, sampleRow{name: c.name, tokens: len(times), mean: total / float64(len(times)),
-			p99: times[len(times)*99/100], worst: times[len(times)-1]})
+		r := sampleRow{name: c.name, tokens: len(times), cpu: cpuOK}
+		r.mean, r.p99, r.worst = spread(times)
+		r.cpuMean, r.cpuP99, r.cpuWorst = spread(cpus)
+		rows = append(rows, r)
 	}
 	return rows, nil
 }

@@ -497,3 +497,25 @@ func FuzzConstraints(f *testing.F) {
 		}
 	})
 }
+
+// TestSummarize checks a byte set's summary against its definition.
+func TestSummarize(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for range 200 {
+		var c class
+		for range rng.IntN(6) {
+			b := byte(rng.IntN(256))
+			c.add(b, b)
+		}
+		var want summary
+		for b := range 256 {
+			if c.has(byte(b)) {
+				k := summaryBit(byte(b))
+				want[k>>6] |= 1 << (k & 63)
+			}
+		}
+		if got := summarize(&c); got != want {
+			t.Fatalf("summary of %x = %x, want %x", c, got, want)
+		}
+	}
+}

@@ -205,7 +205,8 @@ type stateInfo struct {
 	plain   summary // the part of the run's bytes a summary can say
 	live    summary // the bytes that lead to a live state, or more (a summary's groups)
 	next    int32
-	text    int8 // textLoop's finding: 0 not yet looked at, 1 yes, -1 no
+	char    int32     // 1 + charStep's finding, -1 none, 0 not yet looked at
+	run     []runStep // the plain run as far as spans has needed it
 }
 
 // summary is a byte set in 128 bits: printable ASCII and DEL one bit each
@@ -227,11 +228,16 @@ func summaryBit(c byte) int {
 
 // summarize is the summary of the bytes of c.
 func summarize(c *class) summary {
-	var s summary
-	for b := range 256 {
-		if c.has(byte(b)) {
-			k := summaryBit(byte(b))
-			s[k>>6] |= 1 << (k & 63)
+	// 0x20-0x5f and 0x60-0x7f one bit each, then a bit per group of 8.
+	s := summary{c[0]>>32 | c[1]<<32, c[1] >> 32}
+	for g := range 4 {
+		if c[0]>>(8*g)&0xff != 0 {
+			s[1] |= 1 << (32 + g)
+		}
+	}
+	for g := range 16 {
+		if c[2+g/8]>>(8*(g%8))&0xff != 0 {
+			s[1] |= 1 << (36 + g)
 		}
 	}
 	return s
@@ -444,17 +450,57 @@ func (g *Grammar) plan(st int32) *stateInfo {
 // and a state whose run comes back to itself takes any length (depth).
 // The caller holds g.mu.
 func (g *Grammar) spans(st int32, set summary, depth int) (int, int32) {
-	for i := range depth {
-		info := g.plan(st)
-		if info.next == 0 || set[0]&^info.plain[0]|set[1]&^info.plain[1] != 0 {
-			return i, st
-		}
-		if info.next == st {
-			return depth, st
-		}
-		st = info.next
+	run := g.runOf(st, depth)
+	if len(run) > depth {
+		run = run[:depth]
 	}
-	return depth, st
+	// run[i].common only shrinks with i: find the first step set leaves.
+	lo, hi := 0, len(run)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if c := &run[mid].common; set[0]&^c[0]|set[1]&^c[1] == 0 {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	switch {
+	case lo == 0:
+		return 0, st
+	case lo == len(run) && (lo == depth || run[lo-1].loops):
+		return depth, run[lo-1].st
+	}
+	return lo, run[lo-1].st
+}
+
+// runStep is one step of a state's plain run: the bytes every step so far
+// takes along it (a summary's part), the state after it, and whether that
+// state's run comes back to itself (the run's last step then).
+type runStep struct {
+	common summary
+	st     int32
+	loops  bool
+}
+
+// runOf returns st's plain run up to depth steps, or to where it ends or
+// loops, working out what is not yet known.
+func (g *Grammar) runOf(st int32, depth int) []runStep {
+	run := g.states[st].run
+	for len(run) < depth && (len(run) == 0 || !run[len(run)-1].loops) {
+		from, common := st, summary{^uint64(0), ^uint64(0)}
+		if k := len(run); k > 0 {
+			from, common = run[k-1].st, run[k-1].common
+		}
+		info := g.plan(from)
+		if info.next == 0 {
+			break
+		}
+		common[0] &= info.plain[0]
+		common[1] &= info.plain[1]
+		run = append(run, runStep{common: common, st: info.next, loops: info.next == from})
+	}
+	g.states[st].run = run
+	return run
 }
 
 // stops reports whether no byte of set keeps the output valid from st.
@@ -463,36 +509,29 @@ func (g *Grammar) stops(st int32, set summary) bool {
 	return set[0]&live[0]|set[1]&live[1] == 0
 }
 
-// textLoop reports whether st is a loop over text: its plain run comes
-// back to it, and every multi-byte UTF-8 character leads back to it too,
-// through live states for each of its bytes (a JSON string's characters,
-// say). Then any valid UTF-8 whose ASCII bytes (and control characters,
-// by their summary) are in the run keeps the output valid from st, which
-// set (a trie node's bytes below) is checked for. The caller holds g.mu.
-func (g *Grammar) textLoop(st int32, set summary) bool {
+// charStep returns the state that every character of st's plain run
+// leads to: the run's next state, where every multi-byte UTF-8 character
+// also leads there, through live states for each of its bytes (a JSON
+// string's characters, say, bounded or not); 0 where that does not hold.
+// The caller holds g.mu.
+func (g *Grammar) charStep(st int32) int32 {
 	info := g.plan(st)
-	if info.next != st {
-		return false
-	}
-	const ascii = 1<<36 - 1 // summary bits of word 1 below the multi-byte groups
-	if set[0]&^info.plain[0]|set[1]&ascii&^info.plain[1] != 0 {
-		return false
-	}
-	if info.text == 0 {
-		ok := g.utf8Loop(st)
+	if info.char == 0 {
+		next := info.next
+		ok := next != 0 && g.utf8Lead(st, next)
 		info = &g.states[st] // the walk may grow g.states
-		info.text = -1
+		info.char = -1
 		if ok {
-			info.text = 1
+			info.char = next + 1
 		}
 	}
-	return info.text > 0
+	return max(info.char-1, 0)
 }
 
-// utf8Loop walks the pairs of (state, decoder state) that multi-byte
+// utf8Lead walks the pairs of (state, decoder state) that multi-byte
 // characters reach from st, and reports whether all are live and every
-// character ends back at st.
-func (g *Grammar) utf8Loop(st int32) bool {
+// character ends at to.
+func (g *Grammar) utf8Lead(st, to int32) bool {
 	type pair struct {
 		st int32
 		u  byte
@@ -512,7 +551,7 @@ func (g *Grammar) utf8Loop(st int32) bool {
 			case t == 0:
 				return false
 			case u == 0:
-				if t != st {
+				if t != to {
 					return false
 				}
 			case !seen[pair{t, u}]:
@@ -525,6 +564,30 @@ func (g *Grammar) utf8Loop(st int32) bool {
 		}
 	}
 	return true
+}
+
+// charSpans is spans by characters: it follows charStep from st for up
+// to depth characters and returns how many characters every valid UTF-8
+// string whose ASCII bytes (and control characters, by their summary) are
+// in set keeps the output valid for, and the state there.
+func (g *Grammar) charSpans(st int32, set summary, depth int) (int, int32) {
+	const ascii = 1<<36 - 1 // summary bits of word 1 below the multi-byte groups
+	set[1] &= ascii
+	for i := range depth {
+		info := g.plan(st)
+		if set[0]&^info.plain[0]|set[1]&^info.plain[1] != 0 {
+			return i, st
+		}
+		next := g.charStep(st)
+		switch next {
+		case 0:
+			return i, st
+		case st:
+			return depth, st
+		}
+		st = next
+	}
+	return depth, st
 }
 
 // A Matcher follows one output through a Grammar. It is not safe for

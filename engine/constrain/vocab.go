@@ -19,8 +19,9 @@ type Vocab struct {
 	// toks holds every token in trie preorder, so that the tokens of a
 	// node's subtree are toks[tokLo:tokHi] and its own (one, or more for
 	// tokens with the same bytes) the first own of them.
-	toks []int32
-	lens []uint16 // the byte length of each token of toks
+	toks  []int32
+	lens  []uint16 // the byte length of each token of toks
+	chars []uint16 // and its characters (bytes that start one: ASCII and UTF-8 leads)
 }
 
 // trieNode is one trie node: the bytes on the edges below it (as a
@@ -34,7 +35,8 @@ type trieNode struct {
 	below        uint16
 	own          uint8
 	label        byte
-	utf8         uint8 // utf8Next's state after the node's bytes, | utf8Whole when the bytes below continue it validly
+	utf8         uint8  // utf8Next's state after the node's bytes, | utf8Whole when the bytes below continue it validly
+	chars        uint16 // the characters of the node's bytes (as Vocab.chars counts them)
 }
 
 // maxPiece bounds the pieces the trie holds (a longer one, which no real
@@ -65,13 +67,14 @@ func NewVocab(pieces []string) *Vocab {
 	// build fills node n, whose tokens are order[lo:hi] (sharing a prefix
 	// of length depth), and its subtree, and returns the bytes below it
 	// and how much deeper it goes.
-	var build func(n, lo, hi, depth int, u8 uint8) (class, int, bool)
-	build = func(n, lo, hi, depth int, u8 uint8) (class, int, bool) {
+	var build func(n, lo, hi, depth int, u8 uint8, chars int) (class, int, bool)
+	build = func(n, lo, hi, depth int, u8 uint8, chars int) (class, int, bool) {
 		v.nodes[n].tokLo = int32(len(v.toks))
 		own := 0
 		for lo < hi && len(pieces[order[lo]]) == depth {
 			v.toks = append(v.toks, order[lo])
 			v.lens = append(v.lens, uint16(depth))
+			v.chars = append(v.chars, uint16(chars))
 			lo++
 			own++
 		}
@@ -94,7 +97,11 @@ func NewVocab(pieces []string) *Vocab {
 		whole := u8 != utf8Bad
 		for j, gr := range groups {
 			next := utf8Next(u8, gr.c)
-			set, d, w := build(kids+j, gr.lo, gr.hi, depth+1, next)
+			starts := chars
+			if gr.c < 0x80 || gr.c >= 0xc0 {
+				starts++
+			}
+			set, d, w := build(kids+j, gr.lo, gr.hi, depth+1, next, starts)
 			below.or(set)
 			below.add(gr.c, gr.c)
 			deepest = max(deepest, d+1)
@@ -107,13 +114,14 @@ func NewVocab(pieces []string) *Vocab {
 		nd.below = uint16(deepest)
 		nd.bytes = summarize(&below)
 		nd.utf8 = u8
+		nd.chars = uint16(min(chars, 1<<16-1))
 		if whole {
 			nd.utf8 |= utf8Whole
 		}
 		return below, deepest, whole
 	}
 	v.nodes = []trieNode{{}}
-	build(0, 0, len(order), 0, 0)
+	build(0, 0, len(order), 0, 0, 0)
 	return v
 }
 
@@ -207,9 +215,29 @@ func (g *Grammar) fill(v *Vocab, st int32, mask []uint64) int {
 		}
 		if n.below > 0 {
 			d, end := g.spans(ns, n.bytes, int(n.below))
-			if d == int(n.below) || n.utf8 == utf8Whole && g.textLoop(ns, n.bytes) {
+			if d == int(n.below) {
 				mark(n.tokLo, n.tokHi)
 				continue
+			}
+			if n.utf8 == utf8Whole {
+				// The same by characters, for text with multi-byte
+				// characters in it (all valid UTF-8 from here).
+				cd, cend := g.charSpans(ns, n.bytes, int(n.below))
+				if cd == int(n.below) {
+					mark(n.tokLo, n.tokHi)
+					continue
+				}
+				if cd > 0 && g.stops(cend, n.bytes) {
+					limit := uint16(int(n.chars) + cd)
+					for k := n.tokLo; k < n.tokHi; k++ {
+						if v.chars[k] <= limit {
+							id := toks[k]
+							mask[id>>6] |= 1 << (id & 63)
+							count++
+						}
+					}
+					continue
+				}
 			}
 			if d > 0 && g.stops(end, n.bytes) {
 				// The run takes every string of the subtree's bytes d
