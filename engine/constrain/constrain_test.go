@@ -519,3 +519,48 @@ func TestSummarize(t *testing.T) {
 		}
 	}
 }
+
+// TestCompose checks composed grammars: a tool-call shape of literals
+// around a schema's JSON, repeated with bounds, or free text.
+func TestCompose(t *testing.T) {
+	call := Seq(Literal("<c>"), JSONOf([]byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)), Literal("</c>"))
+	calls, err := Compose("calls", OneOf(Repeat(call, Literal("\n"), 1, 2), Text("<")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anyJSON, err := Compose("any", Seq(Literal("x="), JSONOf(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := Compose("none", Repeat(Literal("a"), Literal(","), 0, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		g    *Grammar
+		text string
+		want bool
+	}{
+		{calls, `<c>{"n": 1}</c>`, true},
+		{calls, "<c>{\"n\": 1}</c>\n<c>{\"n\":2}</c>", true},
+		{calls, "<c>{\"n\": 1}</c>\n<c>{\"n\":2}</c>\n<c>{\"n\":3}</c>", false},
+		{calls, `<c>{"m": 1}</c>`, false},
+		{calls, "", true},
+		{calls, "hello <c> there\n", true},
+		{calls, "<hello", false},
+		{calls, "a\x00b", false},
+		{anyJSON, `x=[1, {"a": null}]`, true},
+		{anyJSON, `x=`, false},
+		{none, "", true},
+		{none, "a,a,a", true},
+		{none, "a,a,a,a", false},
+	}
+	for _, c := range cases {
+		if got := c.g.Match(c.text); got != c.want {
+			t.Errorf("%q: match %v, want %v", c.text, got, c.want)
+		}
+	}
+	if _, err := Compose("bad", JSONOf([]byte(`{"type":"integer","minimum":1}`))); err == nil || !strings.Contains(err.Error(), "minimum") {
+		t.Errorf("a schema with minimum: %v, want it refused by name", err)
+	}
+}
