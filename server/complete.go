@@ -73,6 +73,7 @@ type choiceState struct {
 	final     engine.Chunk
 	done      bool
 	lastToken time.Time
+	tools     toolStream // what a streamed reply to tools has sent
 }
 
 // generate submits the request's prompts and answers with their choices,
@@ -112,8 +113,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 
 	id := newID(g.chat)
 	if g.tools != nil {
-		// Say how tools were handled: the template's own tools variable, or
-		// (a template without tool support) llama.cpp's generic format.
+		// Say how tools were handled: the model's own tool-call format, or
+		// llama.cpp's generic one.
 		w.Header().Set("X-Kvscope-Tool-Format", g.tools.format())
 		if !g.tools.native {
 			log.Printf("%s: the chat template has no tool support; tools fall back to llama.cpp's generic JSON tool-call format", id)
@@ -147,8 +148,12 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 			ch.lastToken = now
 			ch.text = append(ch.text, it.c.Text...)
 			ch.ids = append(ch.ids, it.c.Token)
-			if sse != nil && it.c.Text != "" && g.tools == nil {
+			switch {
+			case sse == nil || it.c.Text == "":
+			case g.tools == nil:
 				sse.send(s.chunk(g, id, idx, map[string]any{"content": it.c.Text}, it.c.Text, nil))
+			default:
+				s.sendTools(sse, g, id, idx, ch)
 			}
 		}
 		if it.c.Done {
@@ -159,16 +164,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 				}
 				reason := finishReason(it.c.Reason)
 				if g.tools != nil {
-					// Tool output is sent whole once parsed: the calls, or
-					// the response's text.
-					msg, why := toolMessage(ch, it.c.Reason)
-					delete(msg, "role")
-					if calls, ok := msg["tool_calls"].([]map[string]any); ok {
-						for i, c := range calls {
-							c["index"] = i
-						}
+					// The rest of the calls' arguments, or a reply that
+					// was not sent as it came (the generic format's
+					// response, or a call cut short), whole.
+					s.sendTools(sse, g, id, idx, ch)
+					msg, why := g.tools.message(ch, it.c.Reason)
+					if _, calls := msg["tool_calls"]; !calls && ch.tools.mode != streamText {
+						sse.send(s.chunk(g, id, idx, map[string]any{"content": msg["content"]}, nil, nil))
 					}
-					sse.send(s.chunk(g, id, idx, msg, nil, nil))
 					reason = why
 				}
 				sse.send(s.chunk(g, id, idx, map[string]any{}, "", &reason))
@@ -196,7 +199,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 		c := map[string]any{"index": i, "logprobs": nil, "finish_reason": finishReason(ch.final.Reason)}
 		switch {
 		case g.tools != nil:
-			c["message"], c["finish_reason"] = toolMessage(&ch, ch.final.Reason)
+			c["message"], c["finish_reason"] = g.tools.message(&ch, ch.final.Reason)
 		case g.chat:
 			c["message"] = map[string]any{"role": "assistant", "content": string(ch.text)}
 		default:
@@ -211,13 +214,27 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *genRequest,
 	writeJSON(w, reply)
 }
 
-// toolMessage is the assistant message of a choice answered in the generic
-// tool-call format, and its finish reason: "tool_calls" for a call.
-func toolMessage(ch *choiceState, r engine.FinishReason) (map[string]any, string) {
+// sendTools sends what is new in a streamed choice's reply to tools.
+func (s *Server) sendTools(sse *sseWriter, g *genRequest, id string, idx int, ch *choiceState) {
+	deltas, text := g.tools.stream(&ch.tools, string(ch.text))
+	if len(deltas) > 0 {
+		sse.send(s.chunk(g, id, idx, map[string]any{"tool_calls": deltas}, nil, nil))
+	}
+	if text != "" {
+		sse.send(s.chunk(g, id, idx, map[string]any{"content": text}, text, nil))
+	}
+}
+
+// message is the assistant message of a choice answered to tools, and its
+// finish reason: "tool_calls" for calls (with the ids a stream sent).
+func (t *toolUse) message(ch *choiceState, r engine.FinishReason) (map[string]any, string) {
 	reason := finishReason(r)
-	tr := parseToolReply(string(ch.text))
-	if r == engine.FinishStop && len(tr.calls) > 0 {
+	tr := t.parseToolReply(string(ch.text), ch.tools.ids)
+	switch {
+	case r == engine.FinishStop && len(tr.calls) > 0:
 		return map[string]any{"role": "assistant", "content": nil, "tool_calls": tr.calls}, "tool_calls"
+	case len(tr.calls) > 0: // cut short: the text as it came
+		return map[string]any{"role": "assistant", "content": string(ch.text)}, reason
 	}
 	return map[string]any{"role": "assistant", "content": tr.content}, reason
 }

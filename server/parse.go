@@ -122,7 +122,7 @@ func (s *Server) parseStructured(f fields, g *genRequest) *apiError {
 		}
 		return nil
 	}
-	t, e := parseTools(f, s.form.SupportsTools())
+	t, e := parseTools(f, s.form.SupportsTools(), s.form.Source())
 	if e != nil || t == nil {
 		return e
 	}
@@ -134,7 +134,7 @@ func (s *Server) parseStructured(f fields, g *genRequest) *apiError {
 	default:
 		return badRequest(g.format, "", "%s cannot be combined with tools", g.format)
 	}
-	c, err := constrain.Schema(t.schema())
+	c, err := t.grammar()
 	if err != nil {
 		return badRequest("tools", "invalid_schema", "tools: %v", err)
 	}
@@ -273,7 +273,7 @@ func (s *Server) chatPrompt(f fields, g *genRequest) (string, *apiError) {
 			return "", ae
 		}
 		if content == "" && role == "assistant" && mf.has("tool_calls") {
-			content = toolCallsText(mf["tool_calls"])
+			content = g.tools.callsText(mf["tool_calls"])
 		}
 		turns[i] = chat.Turn{Role: role, Content: content}
 		if role == "user" {
@@ -287,10 +287,12 @@ func (s *Server) chatPrompt(f fields, g *genRequest) (string, *apiError) {
 		}
 		// As llama.cpp's generic format does: the instruction joins the
 		// system message, or comes first as one.
-		if turns[0].Role == "system" {
-			turns[0].Content += "\n\n" + t.instruction()
-		} else {
-			turns = append([]chat.Turn{{Role: "system", Content: t.instruction()}}, turns...)
+		switch in := t.instruction(); {
+		case in == "":
+		case turns[0].Role == "system":
+			turns[0].Content += "\n\n" + in
+		default:
+			turns = append([]chat.Turn{{Role: "system", Content: in}}, turns...)
 		}
 	}
 	s.replies.fill(turns)
@@ -300,26 +302,6 @@ func (s *Server) chatPrompt(f fields, g *genRequest) (string, *apiError) {
 	}
 	g.prompts, g.turns = [][]int{ids}, turns
 	return last, nil
-}
-
-// toolCallsText is an earlier reply's tool calls written back in the
-// generic format the server asks for, so that the history shows them.
-func toolCallsText(raw json.RawMessage) string {
-	var calls []struct {
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	}
-	if json.Unmarshal(raw, &calls) != nil || len(calls) == 0 {
-		return ""
-	}
-	args := json.RawMessage(calls[0].Function.Arguments)
-	if !json.Valid(args) {
-		args, _ = json.Marshal(calls[0].Function.Arguments)
-	}
-	b, _ := json.Marshal(map[string]any{"tool_call": map[string]any{"name": calls[0].Function.Name, "arguments": args}})
-	return string(b)
 }
 
 // messageContent reads a message's content: a string, an array of text

@@ -16,25 +16,52 @@ type toolDef struct {
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
 }
 
-// toolUse is how a request's tools are answered: the output is constrained
-// to llama.cpp's generic tool-call JSON ({"tool_call": {"name": ...,
-// "arguments": {...}}} or {"response": ...}) and parsed back into
-// tool_calls.
+// toolUse is how a request's tools are answered: the output is
+// constrained to a tool-call format and parsed back into tool_calls. The
+// format is the model family's own where its chat template shows one, as
+// llama.cpp's chat parser finds it (toolStyle), else llama.cpp's generic
+// JSON ({"tool_calls": [{"name": ..., "arguments": {...}}]} or
+// {"response": ...}).
 type toolUse struct {
 	defs     []toolDef
 	list     []any // the tools as decoded JSON, for the template
 	choice   string
-	native   bool // the template reads its tools variable
+	native   bool   // the template reads its tools variable
+	style    string // the format: styleGeneric, styleHermes, styleLlama3 or styleMistral
+	parallel bool   // more than one call may come (parallel_tool_calls)
 	response json.RawMessage
 }
 
-// format names the tool format for the reply's header and field.
-func (t *toolUse) format() string {
-	if t.native {
-		return "template"
+// The tool-call formats.
+const (
+	styleGeneric = "generic" // llama.cpp's generic JSON
+	styleHermes  = "hermes"  // Hermes 2 Pro and Qwen 2.5: <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>
+	styleLlama3  = "llama3"  // Llama 3.1 to 3.3: {"name": ..., "parameters": ...}, one call
+	styleMistral = "mistral" // Mistral Nemo: [TOOL_CALLS][{"name": ..., "arguments": ..., "id": ...}]
+)
+
+// maxCalls bounds the calls of one reply when parallel_tool_calls is on,
+// so that a model cannot go on calling until its token limit.
+const maxCalls = 8
+
+// toolStyle is the tool-call format of a chat template, found from its
+// source in the order llama.cpp's common_chat_templates_apply_jinja looks:
+// a <tool_call> tag, then Llama 3's ipython header, then Mistral's
+// [TOOL_CALLS]; the generic format otherwise.
+func toolStyle(src string) string {
+	switch {
+	case strings.Contains(src, "<tool_call>"):
+		return styleHermes
+	case strings.Contains(src, "<|start_header_id|>ipython<|end_header_id|>"):
+		return styleLlama3
+	case strings.Contains(src, "[TOOL_CALLS]"):
+		return styleMistral
 	}
-	return "generic"
+	return styleGeneric
 }
+
+// format names the tool format for the reply's header and field.
+func (t *toolUse) format() string { return t.style }
 
 // unsupportedFields are request fields the server cannot honour: each is
 // refused with a 400 naming it rather than ignored. The check says whether
@@ -167,9 +194,11 @@ func parseFormat(f fields, g *genRequest) (json.RawMessage, *apiError) {
 	return schema, nil
 }
 
-// parseTools reads tools and tool_choice (chat only). It returns nil when
-// there are no tools or tool_choice is "none".
-func parseTools(f fields, native bool) (*toolUse, *apiError) {
+// parseTools reads tools, tool_choice and parallel_tool_calls (chat
+// only) for a template of source src that reads its tools variable
+// (native) or not. It returns nil when there are no tools or tool_choice
+// is "none".
+func parseTools(f fields, native bool, src string) (*toolUse, *apiError) {
 	if !f.has("tools") {
 		if f.has("tool_choice") {
 			var c string
@@ -184,7 +213,20 @@ func parseTools(f fields, native bool) (*toolUse, *apiError) {
 	if _, e := f.decode("tools", "an array of tools", &list); e != nil {
 		return nil, e
 	}
-	t := &toolUse{choice: "auto", native: native}
+	t := &toolUse{choice: "auto", native: native, style: styleGeneric, parallel: true}
+	if native {
+		t.style = toolStyle(src)
+	}
+	if f.has("parallel_tool_calls") {
+		var p bool
+		if _, e := f.decode("parallel_tool_calls", "a boolean", &p); e != nil {
+			return nil, e
+		}
+		t.parallel = p
+	}
+	if t.style == styleLlama3 {
+		t.parallel = false // the template shows one call a message
+	}
 	for i, raw := range list {
 		var tool struct {
 			Type     string   `json:"type"`
@@ -253,38 +295,116 @@ func parseTools(f fields, native bool) (*toolUse, *apiError) {
 	return t, nil
 }
 
-// schema is the JSON Schema of the generic tool-call format for t's
-// choice, as llama.cpp's common_chat_params_init_generic writes it.
-func (t *toolUse) schema() []byte {
+// call is the JSON Schema of one call to any of the chosen tools, with
+// the arguments under key (and, for Mistral, a 9-character id after them).
+func (t *toolUse) call(key string) []byte {
 	var calls []string
 	for _, d := range t.defs {
 		if t.choice != "auto" && t.choice != "required" && t.choice != d.Name {
 			continue
 		}
 		name, _ := json.Marshal(d.Name)
-		calls = append(calls, fmt.Sprintf(`{"type":"object","properties":{"name":{"type":"string","const":%s},"arguments":%s},"required":["name","arguments"]}`, name, d.Parameters))
+		props, req := fmt.Sprintf(`"name":{"type":"string","const":%s},%q:%s`, name, key, d.Parameters), `"name",`+strconvQuote(key)
+		if t.style == styleMistral {
+			props += `,"id":{"type":"string","pattern":"^[a-zA-Z0-9]{9}$"}`
+			req += `,"id"`
+		}
+		calls = append(calls, fmt.Sprintf(`{"type":"object","properties":{%s},"required":[%s]}`, props, req))
 	}
-	call := calls[0]
-	if len(calls) > 1 {
-		call = `{"anyOf":[` + strings.Join(calls, ",") + `]}`
+	if len(calls) == 1 {
+		return []byte(calls[0])
 	}
-	toolCall := `{"type":"object","properties":{"tool_call":` + call + `},"required":["tool_call"]}`
+	return []byte(`{"anyOf":[` + strings.Join(calls, ",") + `]}`)
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// argsKey is the key of a call's arguments in t's format.
+func (t *toolUse) argsKey() string {
+	if t.style == styleLlama3 {
+		return "parameters"
+	}
+	return "arguments"
+}
+
+// callPrefix is how a reply with calls starts in t's format ("" for the
+// generic format, whose replies are all JSON).
+func (t *toolUse) callPrefix() string {
+	switch t.style {
+	case styleHermes:
+		return "<tool_call>"
+	case styleLlama3:
+		return "{"
+	case styleMistral:
+		return "[TOOL_CALLS]"
+	}
+	return ""
+}
+
+// grammar is the constraint of t's replies: one call (or, with
+// parallel_tool_calls, up to maxCalls) in t's format, or, for
+// tool_choice "auto", a reply instead: free text that does not start as
+// a call does, or JSON of the response schema where one is given (the
+// generic format's {"response": ...}).
+func (t *toolUse) grammar() (*constrain.Grammar, error) {
+	most := 1
+	if t.parallel {
+		most = maxCalls
+	}
+	one := t.call(t.argsKey())
+	var calls constrain.Part
+	switch t.style {
+	case styleHermes:
+		calls = constrain.Repeat(constrain.Seq(constrain.Literal("<tool_call>\n"), constrain.JSONOf(one), constrain.Literal("\n</tool_call>")),
+			constrain.Literal("\n"), 1, most)
+	case styleLlama3:
+		calls = constrain.JSONOf(one)
+	case styleMistral:
+		calls = constrain.Seq(constrain.Literal("[TOOL_CALLS]"),
+			constrain.JSONOf([]byte(fmt.Sprintf(`{"type":"array","items":%s,"minItems":1,"maxItems":%d}`, one, most))))
+	default:
+		if t.parallel {
+			calls = constrain.JSONOf([]byte(fmt.Sprintf(`{"type":"object","properties":{"tool_calls":{"type":"array","items":%s,"minItems":1,"maxItems":%d}},"required":["tool_calls"]}`, one, most)))
+		} else {
+			calls = constrain.JSONOf([]byte(`{"type":"object","properties":{"tool_call":` + string(one) + `},"required":["tool_call"]}`))
+		}
+	}
 	if t.choice != "auto" {
-		return []byte(toolCall)
+		return constrain.Compose("tools", calls)
 	}
-	resp := json.RawMessage(`{"type":"string"}`)
-	if t.response != nil {
-		resp = t.response
+	var reply constrain.Part
+	switch {
+	case t.style == styleGeneric:
+		resp := json.RawMessage(`{"type":"string"}`)
+		if t.response != nil {
+			resp = t.response
+		}
+		reply = constrain.JSONOf([]byte(`{"type":"object","properties":{"response":` + string(resp) + `},"required":["response"]}`))
+	case t.response != nil:
+		reply = constrain.JSONOf(t.response)
+	default:
+		reply = constrain.Text(t.callPrefix()[:1])
 	}
-	return []byte(`{"anyOf":[` + toolCall + `,{"type":"object","properties":{"response":` + string(resp) + `},"required":["response"]}]}`)
+	return constrain.Compose("tools", constrain.OneOf(calls, reply))
 }
 
 // instruction is the system text that asks for the generic format (with
-// the tools listed where the template does not show them).
+// the tools listed where the template does not show them); "" for a
+// model's own format, which its template asks for.
 func (t *toolUse) instruction() string {
-	s := "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` reply to the user's request"
+	if t.style != styleGeneric {
+		return ""
+	}
+	field := "`tool_call` (a request to call a tool)"
+	if t.parallel {
+		field = "`tool_calls` (a request to call tools)"
+	}
+	s := "Respond in JSON format, either with " + field + " or with `response` reply to the user's request"
 	if t.choice != "auto" {
-		s = "Respond in JSON format with `tool_call`, a request to call a tool"
+		s = "Respond in JSON format with " + field
 	}
 	if !t.native {
 		b, _ := json.Marshal(t.defs)
@@ -293,41 +413,156 @@ func (t *toolUse) instruction() string {
 	return s
 }
 
-// toolReply is a reply parsed from the generic format: tool calls, or
+// toolReply is a reply parsed from a tool-call format: tool calls, or
 // content.
 type toolReply struct {
 	calls   []map[string]any
 	content string
-	ok      bool // the text parsed as the format
 }
 
-// parseToolReply reads text in the generic format.
-func parseToolReply(text string) toolReply {
-	var v struct {
-		ToolCall *struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
-		} `json:"tool_call"`
-		Response json.RawMessage `json:"response"`
-	}
-	if err := json.Unmarshal([]byte(text), &v); err != nil {
-		return toolReply{content: text}
-	}
-	if v.ToolCall != nil {
+// newCallID is a fresh tool call id.
+func newCallID() string { return "call_" + newID(false)[len("cmpl-"):] }
+
+// parseToolReply reads text in t's format: its complete calls, each with
+// a fresh id (ids[i] where given), or, without calls, its content.
+func (t *toolUse) parseToolReply(text string, ids []string) toolReply {
+	var calls []map[string]any
+	for i, c := range scanCalls(t, text) {
+		if !c.named || c.argEnd < 0 {
+			break
+		}
 		var args bytes.Buffer
-		if err := json.Compact(&args, v.ToolCall.Arguments); err != nil {
-			return toolReply{content: text}
+		if err := json.Compact(&args, []byte(text[c.argStart:c.argEnd])); err != nil {
+			break
 		}
-		call := map[string]any{"id": "call_" + newID(false)[len("cmpl-"):], "type": "function",
-			"function": map[string]any{"name": v.ToolCall.Name, "arguments": args.String()}}
-		return toolReply{calls: []map[string]any{call}, ok: true}
+		id := newCallID()
+		if i < len(ids) {
+			id = ids[i]
+		}
+		calls = append(calls, map[string]any{"id": id, "type": "function",
+			"function": map[string]any{"name": c.name, "arguments": args.String()}})
 	}
-	if v.Response != nil {
-		var s string
-		if json.Unmarshal(v.Response, &s) == nil {
-			return toolReply{content: s, ok: true}
+	if len(calls) > 0 {
+		return toolReply{calls: calls}
+	}
+	if t.style == styleGeneric {
+		var v struct {
+			Response json.RawMessage `json:"response"`
 		}
-		return toolReply{content: string(v.Response), ok: true}
+		if json.Unmarshal([]byte(text), &v) == nil && v.Response != nil {
+			var s string
+			if json.Unmarshal(v.Response, &s) == nil {
+				return toolReply{content: s}
+			}
+			return toolReply{content: string(v.Response)}
+		}
 	}
 	return toolReply{content: text}
+}
+
+// callsText is an earlier reply's tool calls written back in t's format
+// (the generic one for t nil), so that the history shows them as the
+// model writes them.
+func (t *toolUse) callsText(raw json.RawMessage) string {
+	var calls []struct {
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &calls) != nil || len(calls) == 0 {
+		return ""
+	}
+	style, key := styleGeneric, "arguments"
+	if t != nil {
+		style, key = t.style, t.argsKey()
+	}
+	var objs []string
+	for i, c := range calls {
+		args := json.RawMessage(c.Function.Arguments)
+		if !json.Valid(args) {
+			args, _ = json.Marshal(c.Function.Arguments)
+		}
+		name, _ := json.Marshal(c.Function.Name)
+		o := fmt.Sprintf(`{"name":%s,%q:%s`, name, key, args)
+		if style == styleMistral {
+			o += fmt.Sprintf(`,"id":"call%05d"`, i)
+		}
+		objs = append(objs, o+"}")
+	}
+	switch style {
+	case styleHermes:
+		return "<tool_call>\n" + strings.Join(objs, "\n</tool_call>\n<tool_call>\n") + "\n</tool_call>"
+	case styleLlama3:
+		return objs[0]
+	case styleMistral:
+		return "[TOOL_CALLS][" + strings.Join(objs, ", ") + "]"
+	}
+	if len(objs) == 1 && (t == nil || !t.parallel) {
+		return `{"tool_call":` + objs[0] + `}`
+	}
+	return `{"tool_calls":[` + strings.Join(objs, ",") + `]}`
+}
+
+// toolStream is what a streamed choice has sent of its tool calls: their
+// ids, how many bytes of each call's arguments, and, for a reply in free
+// text instead, how much of it.
+type toolStream struct {
+	ids     []string
+	sent    []int
+	mode    int // 0 undecided, streamCalls or streamText
+	textOut int
+}
+
+const (
+	streamCalls = 1 + iota
+	streamText
+)
+
+// stream returns what to send of text (the reply so far) that has not
+// been sent: tool_calls delta entries as OpenAI streams them (a call's
+// first entry has its index, id, type and name with empty arguments, the
+// next ones fragments of the arguments as they are written), or content
+// where the reply is free text rather than calls.
+func (t *toolUse) stream(ts *toolStream, text string) ([]map[string]any, string) {
+	if ts.mode == 0 {
+		s := strings.TrimLeft(text, " \t\n\r")
+		switch p := t.callPrefix(); {
+		case s == "":
+			return nil, ""
+		case p == "" || s[0] == p[0] || t.response != nil:
+			ts.mode = streamCalls // the generic format's response is sent whole at the end
+		default:
+			ts.mode = streamText
+		}
+	}
+	if ts.mode == streamText {
+		out := text[ts.textOut:]
+		ts.textOut = len(text)
+		return nil, out
+	}
+	var deltas []map[string]any
+	for i, c := range scanCalls(t, text) {
+		if i == len(ts.sent) {
+			if !c.named {
+				break
+			}
+			ts.ids = append(ts.ids, newCallID())
+			ts.sent = append(ts.sent, 0)
+			deltas = append(deltas, map[string]any{"index": i, "id": ts.ids[i], "type": "function",
+				"function": map[string]any{"name": c.name, "arguments": ""}})
+		}
+		if c.argStart < 0 {
+			continue
+		}
+		end := c.argEnd
+		if end < 0 {
+			end = len(text)
+		}
+		if from := c.argStart + ts.sent[i]; end > from {
+			deltas = append(deltas, map[string]any{"index": i, "function": map[string]any{"arguments": text[from:end]}})
+			ts.sent[i] = end - c.argStart
+		}
+	}
+	return deltas, ""
 }

@@ -125,7 +125,7 @@ func TestToolCalls(t *testing.T) {
 	msgs := []any{map[string]any{"role": "user", "content": "What is the weather?"}}
 	args := schemaValidator(t, weatherTool["function"].(map[string]any)["parameters"])
 	for _, choice := range []any{"required", map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}} {
-		status, reply := post(t, url, map[string]any{"messages": msgs, "tools": []any{weatherTool}, "tool_choice": choice, "max_tokens": 150, "temperature": 0})
+		status, reply := post(t, url, map[string]any{"messages": msgs, "tools": []any{weatherTool}, "tool_choice": choice, "parallel_tool_calls": false, "max_tokens": 150, "temperature": 0})
 		if status != http.StatusOK {
 			t.Fatalf("status %d: %v", status, reply)
 		}
@@ -144,16 +144,40 @@ func TestToolCalls(t *testing.T) {
 		validates(t, args, fn["arguments"].(string))
 	}
 
-	// Streamed: the call comes as one delta, then finish_reason tool_calls.
-	resp, err := http.Post(url, "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"Weather?"}],"stream":true,"max_tokens":150,"temperature":0,"tool_choice":"required","tools":[`+mustJSON(weatherTool)+`]}`))
+	// Streamed: the call's id and name first, then its arguments in
+	// pieces, then finish_reason tool_calls.
+	body := map[string]any{"messages": []any{map[string]any{"role": "user", "content": "Weather?"}}, "max_tokens": 150, "temperature": 0,
+		"tool_choice": "required", "parallel_tool_calls": false, "tools": []any{weatherTool}}
+	calls, finish, format := streamToolCalls(t, url, body)
+	if format != "generic" {
+		t.Errorf("X-Kvscope-Tool-Format %q, want generic", format)
+	}
+	if len(calls) != 1 || finish != "tool_calls" {
+		t.Fatalf("streamed: calls %v, finish %q; want one call and tool_calls", calls, finish)
+	}
+	validates(t, args, calls[0].Arguments)
+}
+
+// streamedCall is a tool call assembled from a stream's deltas as the
+// openai client does: id, type and name from the first, arguments joined.
+type streamedCall struct {
+	ID, Type, Name, Arguments string
+	deltas                    int
+}
+
+// streamToolCalls posts body with stream on and assembles the tool calls of
+// choice 0 by their index; it returns them, the finish reason and the
+// X-Kvscope-Tool-Format header, and fails on a delta out of order.
+func streamToolCalls(t *testing.T, url string, body map[string]any) ([]streamedCall, string, string) {
+	t.Helper()
+	body["stream"] = true
+	resp, err := http.Post(url, "application/json", strings.NewReader(mustJSON(body)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if h := resp.Header.Get("X-Kvscope-Tool-Format"); h != "generic" {
-		t.Errorf("X-Kvscope-Tool-Format %q, want generic", h)
-	}
-	var gotCall, gotFinish bool
+	var calls []streamedCall
+	finish := ""
 	for _, ev := range sseEvents(t, resp.Body) {
 		if ev == "[DONE]" {
 			continue
@@ -162,9 +186,12 @@ func TestToolCalls(t *testing.T) {
 			Choices []struct {
 				Delta struct {
 					ToolCalls []struct {
-						Index    int `json:"index"`
+						Index    *int   `json:"index"`
+						ID       string `json:"id"`
+						Type     string `json:"type"`
 						Function struct {
-							Name, Arguments string
+							Name      string  `json:"name"`
+							Arguments *string `json:"arguments"`
 						} `json:"function"`
 					} `json:"tool_calls"`
 				} `json:"delta"`
@@ -175,18 +202,31 @@ func TestToolCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ch := range c.Choices {
-			if len(ch.Delta.ToolCalls) > 0 {
-				gotCall = true
-				validates(t, args, ch.Delta.ToolCalls[0].Function.Arguments)
+			for _, d := range ch.Delta.ToolCalls {
+				switch {
+				case d.Index == nil || d.Function.Arguments == nil:
+					t.Fatalf("a tool call delta without index or arguments: %s", ev)
+				case *d.Index == len(calls):
+					if d.ID == "" || d.Type != "function" || d.Function.Name == "" || *d.Function.Arguments != "" {
+						t.Fatalf("call %d's first delta: want id, type, name and empty arguments: %s", *d.Index, ev)
+					}
+					calls = append(calls, streamedCall{ID: d.ID, Type: d.Type, Name: d.Function.Name})
+				case *d.Index < len(calls):
+					if d.ID != "" || d.Function.Name != "" {
+						t.Fatalf("call %d's later delta repeats its id or name: %s", *d.Index, ev)
+					}
+					calls[*d.Index].Arguments += *d.Function.Arguments
+					calls[*d.Index].deltas++
+				default:
+					t.Fatalf("delta for call %d before call %d: %s", *d.Index, len(calls), ev)
+				}
 			}
 			if ch.FinishReason != nil {
-				gotFinish = *ch.FinishReason == "tool_calls"
+				finish = *ch.FinishReason
 			}
 		}
 	}
-	if !gotCall || !gotFinish {
-		t.Errorf("streamed: tool call %v, finish tool_calls %v", gotCall, gotFinish)
-	}
+	return calls, finish, resp.Header.Get("X-Kvscope-Tool-Format")
 }
 
 func mustJSON(v any) string {
@@ -258,15 +298,233 @@ func TestToolsThroughTheTemplate(t *testing.T) {
 	}
 	ts, _ := newTestServer(t, func(e *engine.Config, c *Config) { e.Context, c.Format = 2048, form })
 	status, reply := post(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "Weather?"}},
-		"tools": []any{weatherTool}, "tool_choice": "required", "max_tokens": 150, "temperature": 0})
+		"tools": []any{weatherTool}, "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 150, "temperature": 0})
 	if status != http.StatusOK {
 		t.Fatalf("status %d: %v", status, reply)
 	}
-	if reply["tool_format"] != "template" {
-		t.Errorf("tool_format %v, want template", reply["tool_format"])
+	if reply["tool_format"] != "hermes" {
+		t.Errorf("tool_format %v, want hermes (Qwen 2.5's <tool_call> format)", reply["tool_format"])
 	}
 	ch := reply["choices"].([]any)[0].(map[string]any)
 	if ch["finish_reason"] != "tool_calls" || reply["usage"].(map[string]any)["prompt_tokens"].(float64) < 100 {
 		t.Errorf("reply %v", reply)
+	}
+}
+
+// sharedTemplate compiles one of the shared real chat templates.
+func sharedTemplate(t *testing.T, file, bos, eos string) *chat.Formatter {
+	t.Helper()
+	src, err := os.ReadFile(testshared.Path(t, "testdata/chat-templates/jinja/"+file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	form, err := chat.NewTemplate(file, string(src), bos, eos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return form
+}
+
+// TestToolStyle: the real templates' tool-call formats, found as
+// llama.cpp's chat parser finds them.
+func TestToolStyle(t *testing.T) {
+	for _, c := range []struct{ file, want string }{
+		{"Qwen-Qwen2.5-7B-Instruct.jinja", styleHermes},
+		{"meta-llama-Llama-3.1-8B-Instruct.jinja", styleLlama3},
+		{"mistralai-Mistral-Nemo-Instruct-2407.jinja", styleMistral},
+		{"google-gemma-2-2b-it.jinja", styleGeneric},
+		{"microsoft-Phi-3.5-mini-instruct.jinja", styleGeneric},
+	} {
+		if got := toolStyle(sharedTemplate(t, c.file, "", "").Source()); got != c.want {
+			t.Errorf("%s: format %q, want %q", c.file, got, c.want)
+		}
+	}
+}
+
+// TestScanCalls reads replies in each format, whole and cut short, as a
+// stream finds them.
+func TestScanCalls(t *testing.T) {
+	type want struct {
+		name string // "" for a call whose name is not closed yet
+		args string // the arguments' text so far
+		open bool   // the arguments are not finished
+	}
+	cases := []struct {
+		style, text string
+		want        []want
+	}{
+		{styleHermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": [1, \"}\"]}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>",
+			[]want{{"a", `{"x": [1, "}"]}`, false}, {"b", `{}`, false}}},
+		{styleHermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": \"y", []want{{"a", `{"x": "y`, true}}},
+		{styleHermes, "<tool_call>\n{\"name\": \"ab", []want{{"", "", true}}},
+		{styleHermes, "I would rather not.", nil},
+		{styleLlama3, ` {"name": "w", "parameters": {"q": "\"a\""}}`, []want{{"w", `{"q": "\"a\""}`, false}}},
+		{styleLlama3, `Hello {"name": "w"}`, nil},
+		{styleMistral, `[TOOL_CALLS][{"name": "a", "arguments": {"n": 1}, "id": "abcdefghi"}, {"name": "b", "arguments": {"n": 22`,
+			[]want{{"a", `{"n": 1}`, false}, {"b", `{"n": 22`, true}}},
+		{styleGeneric, `{"tool_calls": [{"name": "a", "arguments": {"n": 1}}, {"name": "b", "arguments": 5}]}`,
+			[]want{{"a", `{"n": 1}`, false}, {"b", `5`, false}}},
+		{styleGeneric, `{"tool_call": {"name": "a", "arguments": {}}}`, []want{{"a", `{}`, false}}},
+		{styleGeneric, `{"response": {"name": "a", "arguments": {}}}`, nil},
+	}
+	for _, c := range cases {
+		tu := &toolUse{style: c.style}
+		got := scanCalls(tu, c.text)
+		if len(got) != len(c.want) {
+			t.Errorf("%s %q: %d calls %+v, want %d", c.style, c.text, len(got), got, len(c.want))
+			continue
+		}
+		for i, w := range c.want {
+			g := got[i]
+			args := ""
+			if g.argStart >= 0 {
+				end := g.argEnd
+				if end < 0 {
+					end = len(c.text)
+				}
+				args = c.text[g.argStart:end]
+			}
+			if g.name != w.name || g.named != (w.name != "") || args != w.args || (g.argEnd < 0) != w.open {
+				t.Errorf("%s %q: call %d = %+v (args %q), want %+v", c.style, c.text, i, g, args, w)
+			}
+		}
+	}
+}
+
+var timeTool = map[string]any{"type": "function", "function": map[string]any{
+	"name": "get_time", "description": "The time in a time zone",
+	"parameters": map[string]any{"type": "object", "properties": map[string]any{
+		"zone": map[string]any{"enum": []any{"UTC", "CET"}},
+	}, "required": []any{"zone"}},
+}}
+
+// TestNativeToolCalls: with each family's template, tools are answered in
+// its own format (the reply says which), every call's arguments validate
+// against its tool's parameters, calls have distinct ids, and the same
+// request streamed assembles to the same calls.
+func TestNativeToolCalls(t *testing.T) {
+	validators := map[string]*jsonschema.Schema{}
+	for _, tool := range []map[string]any{weatherTool, timeTool} {
+		fn := tool["function"].(map[string]any)
+		validators[fn["name"].(string)] = schemaValidator(t, fn["parameters"])
+	}
+	for _, c := range []struct {
+		file, bos, eos, style string
+		parallel              bool
+		maxTokens             int // room for maxCalls calls, within the context with the prompt
+	}{
+		{"Qwen-Qwen2.5-7B-Instruct.jinja", "", "<|im_end|>", styleHermes, true, 1000},
+		{"meta-llama-Llama-3.1-8B-Instruct.jinja", "<|begin_of_text|>", "<|eot_id|>", styleLlama3, false, 600},
+		{"mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>", styleMistral, true, 1000},
+	} {
+		t.Run(c.style, func(t *testing.T) {
+			form := sharedTemplate(t, c.file, c.bos, c.eos)
+			ts, _ := newTestServer(t, func(e *engine.Config, cfg *Config) { e.Context, cfg.Format = 2048, form })
+			url := ts.URL + "/v1/chat/completions"
+			body := func() map[string]any {
+				return map[string]any{"messages": []any{map[string]any{"role": "user", "content": "Weather and time?"}},
+					"tools": []any{weatherTool, timeTool}, "tool_choice": "required", "max_tokens": c.maxTokens, "temperature": 0, "seed": 7}
+			}
+			status, reply := post(t, url, body())
+			if status != http.StatusOK {
+				t.Fatalf("status %d: %v", status, reply)
+			}
+			if reply["tool_format"] != c.style {
+				t.Errorf("tool_format %v, want %s", reply["tool_format"], c.style)
+			}
+			ch := reply["choices"].([]any)[0].(map[string]any)
+			if ch["finish_reason"] != "tool_calls" {
+				t.Fatalf("finish_reason %v: %v", ch["finish_reason"], ch)
+			}
+			calls := ch["message"].(map[string]any)["tool_calls"].([]any)
+			if !c.parallel && len(calls) != 1 {
+				t.Errorf("%d calls; the format has one", len(calls))
+			}
+			ids := map[string]bool{}
+			for _, raw := range calls {
+				call := raw.(map[string]any)
+				fn := call["function"].(map[string]any)
+				v, ok := validators[fn["name"].(string)]
+				if !ok {
+					t.Fatalf("called %v", fn["name"])
+				}
+				validates(t, v, fn["arguments"].(string))
+				if id := call["id"].(string); id == "" || ids[id] {
+					t.Errorf("call id %q empty or repeated", id)
+				} else {
+					ids[id] = true
+				}
+			}
+			streamed, finish, format := streamToolCalls(t, url, body())
+			if finish != "tool_calls" || format != c.style || len(streamed) != len(calls) {
+				t.Fatalf("streamed: %d calls, finish %q, format %q; want %d, tool_calls, %s", len(streamed), finish, format, len(calls), c.style)
+			}
+			for i, s := range streamed {
+				fn := calls[i].(map[string]any)["function"].(map[string]any)
+				var a, b any
+				json.Unmarshal([]byte(s.Arguments), &a)
+				json.Unmarshal([]byte(fn["arguments"].(string)), &b)
+				if s.Name != fn["name"] || mustJSON(a) != mustJSON(b) || a == nil {
+					t.Errorf("streamed call %d: %s(%s), not streamed: %s(%s)", i, s.Name, s.Arguments, fn["name"], fn["arguments"])
+				}
+			}
+			t.Logf("%s: %d calls", c.style, len(calls))
+		})
+	}
+}
+
+// TestToolGrammar checks each format's constraint on written replies:
+// calls in the format, as many as parallel_tool_calls allows, and for
+// tool_choice "auto" a reply that does not start as a call.
+func TestToolGrammar(t *testing.T) {
+	defs := []toolDef{{Name: "w", Parameters: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)}}
+	hermes1 := "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"n\": 1}}\n</tool_call>"
+	cases := []struct {
+		style, choice string
+		parallel      bool
+		text          string
+		want          bool
+	}{
+		{styleHermes, "required", true, hermes1, true},
+		{styleHermes, "required", true, hermes1 + "\n" + hermes1, true},
+		{styleHermes, "required", false, hermes1 + "\n" + hermes1, false},
+		{styleHermes, "required", true, strings.Repeat(hermes1+"\n", maxCalls) + hermes1, false},
+		{styleHermes, "required", true, "Sure.", false},
+		{styleHermes, "auto", true, "Sure, <b>here</b>.", true},
+		{styleHermes, "auto", true, "<b>no</b>", false},
+		{styleHermes, "required", true, "<tool_call>\n{\"name\": \"x\", \"arguments\": {\"n\": 1}}\n</tool_call>", false},
+		{styleLlama3, "required", false, `{"name": "w", "parameters": {"n": 2}}`, true},
+		{styleLlama3, "required", false, `{"name": "w", "arguments": {"n": 2}}`, false},
+		{styleLlama3, "auto", false, `It is sunny.`, true},
+		{styleMistral, "required", true, `[TOOL_CALLS][{"name": "w", "arguments": {"n": 3}, "id": "a1b2c3d4e"}, {"name": "w", "arguments": {"n": 4}, "id": "zzzzzzzzz"}]`, true},
+		{styleMistral, "required", true, `[TOOL_CALLS][{"name": "w", "arguments": {"n": 3}, "id": "short"}]`, false},
+		{styleMistral, "required", false, `[TOOL_CALLS][{"name": "w", "arguments": {"n": 3}, "id": "a1b2c3d4e"}, {"name": "w", "arguments": {"n": 4}, "id": "zzzzzzzzz"}]`, false},
+		{styleGeneric, "required", true, `{"tool_calls": [{"name": "w", "arguments": {"n": 5}}, {"name": "w", "arguments": {"n": 6}}]}`, true},
+		{styleGeneric, "required", false, `{"tool_call": {"name": "w", "arguments": {"n": 5}}}`, true},
+		{styleGeneric, "auto", true, `{"response": "hi"}`, true},
+	}
+	for _, c := range cases {
+		tu := &toolUse{defs: defs, choice: c.choice, style: c.style, parallel: c.parallel}
+		g, err := tu.grammar()
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.style, c.choice, err)
+		}
+		if got := g.Match(c.text); got != c.want {
+			t.Errorf("%s %s parallel %v: %q matches %v, want %v", c.style, c.choice, c.parallel, c.text, got, c.want)
+		}
+	}
+}
+
+// TestCallsText: an earlier reply's calls are written back into the
+// history in the format, and read back the same.
+func TestCallsText(t *testing.T) {
+	raw := json.RawMessage(`[{"id":"call_1","type":"function","function":{"name":"w","arguments":"{\"n\":1}"}},{"id":"call_2","type":"function","function":{"name":"v","arguments":"{}"}}]`)
+	for _, style := range []string{styleHermes, styleMistral, styleGeneric} {
+		tu := &toolUse{style: style, parallel: true}
+		text := tu.callsText(raw)
+		calls := tu.parseToolReply(text, nil).calls
+		if len(calls) != 2 || calls[0]["function"].(map[string]any)["arguments"] != `{"n":1}` || calls[1]["function"].(map[string]any)["name"] != "v" {
+			t.Errorf("%s: %q reads back as %v", style, text, calls)
+		}
 	}
 }
