@@ -285,6 +285,7 @@ for (const which of ["stories260K", "parity"]) {
         messages: [{ role: "user", content: "What is the weather in Rome?" }],
         tools: [weather],
         tool_choice: "required",
+        parallel_tool_calls: false,
         max_tokens: 200,
         temperature: 0,
       };
@@ -321,6 +322,60 @@ for (const which of ["stories260K", "parity"]) {
     });
   }
 }
+
+// Parallel tool calls (OpenAI's default): several calls, each with its own
+// id, and the same request streamed, assembled by the client's own stream
+// helper, gives the same calls. A server with a longer context, for the
+// calls a random-minded model makes.
+test("parallel tool calls, streamed and assembled by the client as they are answered whole", { skip }, async () => {
+  const { proc, url } = await startServer("-c", "2048");
+  try {
+    const c = new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused-on-loopback", maxRetries: 0 });
+    const clock = {
+      type: "function",
+      function: {
+        name: "get_time",
+        description: "The time in a time zone",
+        parameters: { type: "object", properties: { zone: { enum: ["UTC", "CET"] } }, required: ["zone"], additionalProperties: false },
+      },
+    };
+    const req = {
+      model: "stories260K",
+      messages: [{ role: "user", content: "The time in UTC and the weather in Rome?" }],
+      tools: [clock, weather],
+      tool_choice: "required",
+      max_tokens: 1000,
+      temperature: 0,
+    };
+    const schemas = { get_time: clock.function.parameters, get_weather: weather.function.parameters };
+    const check = (calls) => {
+      assert.ok(calls.length >= 2, `${calls.length} calls`);
+      assert.equal(new Set(calls.map((x) => x.id)).size, calls.length, "call ids repeat");
+      for (const call of calls) {
+        assert.equal(call.type, "function");
+        validate(schemas[call.function.name], JSON.parse(call.function.arguments));
+      }
+    };
+    const whole = await c.chat.completions.create(req);
+    assert.equal(whole.choices[0].finish_reason, "tool_calls");
+    check(whole.choices[0].message.tool_calls);
+
+    const stream = c.chat.completions.stream(req);
+    let fragments = 0;
+    stream.on("tool_calls.function.arguments.delta", () => fragments++);
+    const final = await stream.finalChatCompletion();
+    assert.equal(final.choices[0].finish_reason, "tool_calls");
+    const calls = final.choices[0].message.tool_calls;
+    check(calls);
+    assert.deepEqual(
+      calls.map((x) => [x.function.name, JSON.parse(x.function.arguments)]),
+      whole.choices[0].message.tool_calls.map((x) => [x.function.name, JSON.parse(x.function.arguments)]),
+    );
+    assert.ok(fragments > calls.length, `${fragments} argument fragments for ${calls.length} calls: not streamed as generated`);
+  } finally {
+    await stopServer(proc);
+  }
+});
 
 test("an unsupported field gets a 400 naming it", { skip }, async () => {
   await assert.rejects(
