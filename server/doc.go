@@ -23,14 +23,19 @@
 // Structured output (structured.go) constrains the reply with package
 // engine/constrain: response_format (json_object, json_schema), vLLM's
 // guided_json, guided_regex and guided_choice, and tools with tool_choice
-// (auto, none, required, a named function). Tools go to the chat
-// template's tools variable where it reads one; the reply is constrained
-// to llama.cpp's generic tool-call JSON ({"tool_call": {"name",
-// "arguments"}} or {"response": ...}), asked for in a system message, and
-// returned as tool_calls with finish_reason "tool_calls" (streamed as one
-// delta once complete). The X-Kvscope-Tool-Format header and the reply's
-// tool_format field say "template" or "generic" (a template without tool
-// support, also logged). Fields the server cannot honour (logprobs,
+// (auto, none, required, a named function) and parallel_tool_calls. Tools
+// go to the chat template's tools variable where it reads one, and the
+// reply is constrained to the model family's own tool-call format where
+// the template shows one, found as llama.cpp finds it (Hermes and Qwen
+// 2.5's <tool_call> tags, Llama 3.x's {"name", "parameters"}, Mistral's
+// [TOOL_CALLS]), else to llama.cpp's generic JSON ({"tool_calls": [...]}
+// or {"response": ...}, asked for in a system message). Up to 8 calls come
+// back as tool_calls with distinct ids and finish_reason "tool_calls",
+// streamed as OpenAI streams them: a call's id and name first, then its
+// arguments as they are generated (structured_scan.go reads the calls of
+// a reply still being written). The X-Kvscope-Tool-Format header and the
+// reply's tool_format field name the format (generic for a template
+// without tool support, also logged). Fields the server cannot honour (logprobs,
 // logit_bias, echo, best_of, suffix, functions, guided_grammar, audio ...)
 // are refused with a 400 naming them, never ignored.
 package server
