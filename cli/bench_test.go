@@ -261,7 +261,7 @@ func TestBenchSample(t *testing.T) {
 	if !strings.Contains(out, "vocabulary: 60000 tokens") || !strings.Contains(out, "decode step of Llama 3.2 1B Q4_K_M") {
 		t.Fatalf("no vocabulary or decode-step line:\n%s", out)
 	}
-	for _, row := range []string{"none", "JSON object", "JSON schema, compiled per request", "JSON schema, compiled once"} {
+	for _, row := range []string{"none", "JSON object", "JSON schema, new to the process", "JSON schema, seen before"} {
 		i := strings.Index(out, row+"  ")
 		if i < 0 {
 			t.Fatalf("no row %q:\n%s", row, out)

@@ -130,8 +130,10 @@ func spread(times []float64) (mean, p99, worst float64) {
 }
 
 // sampleRows times sampling steps with no constraint, a JSON object, the
-// schema compiled afresh for each request (as the server does) and one
-// compiled schema reused by every request.
+// schema compiled afresh for each request (a schema the process has not
+// seen: its automaton and masks are built as the request goes) and one
+// compiled schema reused by every request (kvscope serve keeps the
+// Grammars of the schemas and tools it has seen).
 func sampleRows(v *constrain.Vocab, reqs int) ([]sampleRow, error) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	logits := make([][]float32, 8)
@@ -151,8 +153,8 @@ func sampleRows(v *constrain.Vocab, reqs int) ([]sampleRow, error) {
 	}{
 		{"none", nil},
 		{"JSON object", func() (*constrain.Grammar, error) { return constrain.JSON(true), nil }},
-		{"JSON schema, compiled per request", func() (*constrain.Grammar, error) { return constrain.Schema([]byte(sampleSchema)) }},
-		{"JSON schema, compiled once", func() (*constrain.Grammar, error) { return warm, nil }},
+		{"JSON schema, new to the process", func() (*constrain.Grammar, error) { return constrain.Schema([]byte(sampleSchema)) }},
+		{"JSON schema, seen before", func() (*constrain.Grammar, error) { return warm, nil }},
 	}
 	var rows []sampleRow
 	mask := make([]uint64, v.MaskWords())

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	"kvscope/engine/constrain"
 )
@@ -147,7 +148,7 @@ func parseFormat(f fields, g *genRequest) (json.RawMessage, *apiError) {
 		case "text":
 			return nil, nil
 		case "json_object":
-			g.constraint = constrain.JSON(true)
+			g.constraint, _ = cachedGrammar("json_object", func() (*constrain.Grammar, error) { return constrain.JSON(true), nil })
 			g.format = "json_object"
 			return nil, nil
 		case "json_schema":
@@ -155,7 +156,7 @@ func parseFormat(f fields, g *genRequest) (json.RawMessage, *apiError) {
 				return nil, badRequest("response_format.json_schema.schema", "", "response_format of type json_schema needs json_schema.schema")
 			}
 			schema = rf.JSONSchema.Schema
-			if g.constraint, err = constrain.Schema(schema); err != nil {
+			if g.constraint, err = cachedGrammar("schema\x00"+string(schema), func() (*constrain.Grammar, error) { return constrain.Schema(schema) }); err != nil {
 				return nil, badRequest("response_format.json_schema.schema", "invalid_schema", "response_format: %v", err)
 			}
 			g.format = "json_schema"
@@ -170,7 +171,7 @@ func parseFormat(f fields, g *genRequest) (json.RawMessage, *apiError) {
 			raw = json.RawMessage(text) // a schema sent as a string
 		}
 		schema = raw
-		if g.constraint, err = constrain.Schema(raw); err != nil {
+		if g.constraint, err = cachedGrammar("schema\x00"+string(raw), func() (*constrain.Grammar, error) { return constrain.Schema(raw) }); err != nil {
 			return nil, badRequest(name, "invalid_schema", "guided_json: %v", err)
 		}
 	case "guided_regex":
@@ -178,7 +179,7 @@ func parseFormat(f fields, g *genRequest) (json.RawMessage, *apiError) {
 		if e != nil {
 			return nil, e
 		}
-		if g.constraint, err = constrain.Regex(re); err != nil {
+		if g.constraint, err = cachedGrammar("regex\x00"+re, func() (*constrain.Grammar, error) { return constrain.Regex(re) }); err != nil {
 			return nil, badRequest(name, "", "guided_regex: %v", err)
 		}
 	case "guided_choice":
@@ -186,7 +187,7 @@ func parseFormat(f fields, g *genRequest) (json.RawMessage, *apiError) {
 		if _, e := f.decode(name, "an array of strings", &choices); e != nil {
 			return nil, e
 		}
-		if g.constraint, err = constrain.Choice(choices); err != nil {
+		if g.constraint, err = cachedGrammar("choice\x00"+strings.Join(choices, "\x00"), func() (*constrain.Grammar, error) { return constrain.Choice(choices) }); err != nil {
 			return nil, badRequest(name, "", "guided_choice: %v", err)
 		}
 	}
@@ -344,6 +345,42 @@ func (t *toolUse) callPrefix() string {
 	return ""
 }
 
+// cachedGrammar returns the Grammar compiled for key, building it the
+// first time: requests that send the same schema or tools again (an agent
+// sends its tools every turn) share one Grammar, whose automaton and
+// masks are then already built, so that their steps cost a table look-up
+// rather than a first walk. The cache holds maxGrammars, and lets go of a
+// Grammar whose automaton has grown past maxGrammarStates.
+func cachedGrammar(key string, build func() (*constrain.Grammar, error)) (*constrain.Grammar, error) {
+	grammars.mu.Lock()
+	g, ok := grammars.m[key]
+	grammars.mu.Unlock()
+	if ok && g.States() <= maxGrammarStates {
+		return g, nil
+	}
+	g, err := build()
+	if err != nil {
+		return nil, err
+	}
+	grammars.mu.Lock()
+	defer grammars.mu.Unlock()
+	if len(grammars.m) >= maxGrammars {
+		clear(grammars.m)
+	}
+	grammars.m[key] = g
+	return g, nil
+}
+
+const (
+	maxGrammars      = 32
+	maxGrammarStates = 1 << 14 // 16 MiB of transition tables
+)
+
+var grammars = struct {
+	mu sync.Mutex
+	m  map[string]*constrain.Grammar
+}{m: map[string]*constrain.Grammar{}}
+
 // grammar is the constraint of t's replies: one call (or, with
 // parallel_tool_calls, up to maxCalls) in t's format, or, for
 // tool_choice "auto", a reply instead: free text that does not start as
@@ -372,6 +409,15 @@ func (t *toolUse) grammar() (*constrain.Grammar, error) {
 			calls = constrain.JSONOf([]byte(`{"type":"object","properties":{"tool_call":` + string(one) + `},"required":["tool_call"]}`))
 		}
 	}
+	key := fmt.Sprintf("tools\x00%s\x00%d\x00%s\x00%s", t.style, most, t.choice, t.response)
+	for _, d := range t.defs {
+		key += "\x00" + d.Name + "\x00" + string(d.Parameters)
+	}
+	return cachedGrammar(key, func() (*constrain.Grammar, error) { return t.compose(calls) })
+}
+
+// compose is grammar's Grammar of calls (and, for "auto", a reply).
+func (t *toolUse) compose(calls constrain.Part) (*constrain.Grammar, error) {
 	if t.choice != "auto" {
 		return constrain.Compose("tools", calls)
 	}

@@ -528,3 +528,19 @@ func TestCallsText(t *testing.T) {
 		}
 	}
 }
+
+// TestGrammarCache: the same schema twice gets the same Grammar, another
+// schema another one.
+func TestGrammarCache(t *testing.T) {
+	build := func(s string) *genRequest {
+		g := &genRequest{}
+		if _, e := parseFormat(fields{"guided_json": json.RawMessage(s)}, g); e != nil {
+			t.Fatal(e)
+		}
+		return g
+	}
+	a, b, c := build(`{"type":"integer"}`), build(`{"type":"integer"}`), build(`{"type":"boolean"}`)
+	if a.constraint != b.constraint || a.constraint == c.constraint {
+		t.Errorf("same schema: shared %v; other schema: shared %v", a.constraint == b.constraint, a.constraint == c.constraint)
+	}
+}

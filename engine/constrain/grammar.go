@@ -642,6 +642,15 @@ func checked(g *Grammar, what string) (*Grammar, error) {
 	return g, nil
 }
 
+// States is how many parse positions g's automaton has built so far (each
+// holds a 1 KiB transition table): what a long-lived Grammar costs in
+// memory.
+func (g *Grammar) States() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.states)
+}
+
 // Match reports whether text is a complete match of g.
 func (g *Grammar) Match(text string) bool {
 	m := g.NewMatcher()
