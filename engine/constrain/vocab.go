@@ -33,7 +33,7 @@ type trieNode struct {
 	tokLo, tokHi int32
 	nkids        uint16
 	below        uint16
-	own          uint8
+	own          uint16
 	label        byte
 	utf8         uint8  // utf8Next's state after the node's bytes, | utf8Whole when the bytes below continue it validly
 	chars        uint16 // the characters of the node's bytes (as Vocab.chars counts them)
@@ -110,7 +110,7 @@ func NewVocab(pieces []string) *Vocab {
 		nd := &v.nodes[n]
 		nd.kids, nd.nkids = int32(kids), uint16(len(groups))
 		nd.tokHi = int32(len(v.toks))
-		nd.own = uint8(min(own, 255))
+		nd.own = uint16(min(own, 1<<16-1))
 		nd.below = uint16(deepest)
 		nd.bytes = summarize(&below)
 		nd.utf8 = u8
