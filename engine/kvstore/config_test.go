@@ -95,10 +95,14 @@ func TestBlockBytes(t *testing.T) {
 		{F16, F16, 20480, 0, 16, 16},
 		{BF16, F16, 20480, 0, 16, 16},
 		{Q8_0, Q8_0, 10880, 0, 8.5, 8.5}, // one f16 scale per 32-value row
-		{FP8, FP8, 12800, 0, 10, 10},     // one f16 scale per 8-value head row
-		{Int8, Int8, 11520, 5120, 9, 9},  // f16 scale + zero per 32 values
-		{Int4, Int4, 6400, 10240, 5, 5},  // the 5 bits a value
-		{Int4, F16, 5 * (640 + 2048), 10240, 5, 16},
+		// Keys: per head, a base byte and 8 nibbles (5 bytes) for 256 values
+		// (8 + 40/256 bits); values: one byte for a 32-value row (8.25).
+		{FP8, FP8, 5 * (1024 + 20 + 1024 + 32), 5120, 8.15625, 8.25},
+		{Int8, Int8, 5 * (1024 + 20 + 1024 + 32), 5120, 8.15625, 8.25},
+		// Int4: an 8-bit scale and zero point per channel over 32 tokens,
+		// and per 32-value row: 4.5 bits a value.
+		{Int4, Int4, 5 * (512 + 64 + 512 + 64), 10240, 4.5, 4.5},
+		{Int4, F16, 5 * (512 + 64 + 2048), 10240, 4.5, 16},
 	}
 	for _, tc := range cases {
 		c := stories(32, 1, tc.k, tc.v)
@@ -127,7 +131,7 @@ func TestBlockBytes(t *testing.T) {
 	}
 	c := stories(32, 1, Int4, Int4)
 	for _, tc := range []struct{ n, want int }{
-		{0, 0}, {1, 6400 + 10240}, {32, 6400}, {33, 2*6400 + 10240}, {1000, 32*6400 + 10240},
+		{0, 0}, {1, 5760 + 10240}, {32, 5760}, {33, 2*5760 + 10240}, {1000, 32*5760 + 10240},
 	} {
 		if got := SequenceBytes(c, tc.n); got != tc.want {
 			t.Errorf("SequenceBytes(%d tokens) = %d, want %d", tc.n, got, tc.want)
