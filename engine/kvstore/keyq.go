@@ -431,6 +431,14 @@ func (p *keyPlane) loadSize(data []byte) (int, error) {
 		if err := m.CheckSaved(p.c, l); err != nil {
 			return 0, err
 		}
+		at := data[n+p.sh.data:]
+		var zp []byte
+		if p.sh.asym {
+			zp = at[p.sh.scales : 2*p.sh.scales]
+		}
+		if err := p.sh.checkCodes(l, at[:p.sh.scales], zp); err != nil {
+			return 0, err
+		}
 		n += fixed
 		for g := range p.sh.groups {
 			if n >= len(data) {

@@ -210,9 +210,22 @@ func (p *rowPlane) save(b int, buf []byte) []byte {
 }
 
 func (p *rowPlane) loadSize(data []byte) (int, error) {
-	need := p.sh.bytes() * p.c.Layers
+	sh := &p.sh
+	need := sh.bytes() * p.c.Layers
 	if len(data) < need {
 		return 0, errShort(need, len(data))
+	}
+	if sh.scale8 {
+		for l := range p.c.Layers {
+			at := data[l*sh.bytes()+sh.data:]
+			var zp []byte
+			if sh.asym {
+				zp = at[sh.scales : 2*sh.scales]
+			}
+			if err := sh.checkCodes(l, at[:sh.scales], zp); err != nil {
+				return 0, err
+			}
+		}
 	}
 	return need, nil
 }

@@ -1,5 +1,7 @@
 package kvstore
 
+import "fmt"
+
 // The 8-bit scales and zero points of Int8, Int4 and FP8 planes are f16
 // values cut to their top bits, so that converting them back is a shift and
 // an f16 conversion, on every backend:
@@ -57,3 +59,29 @@ func zeroDown(x float32) uint8 {
 
 // z8f returns an E5M2 zero point code's value.
 func z8f(c uint8) float32 { return h2f(uint16(c) << 8) }
+
+// checkCodes checks one layer's saved 8-bit scales (sc) and zero points
+// (zp, empty when none) of shape sh: no scale code or zero point past the
+// largest finite one, which would decode to an infinity or NaN. For
+// symmetric keys (Int8, FP8) only each (head, group)'s first byte, the
+// base, is a scale code; the multipliers after it take any value.
+func (sh *shape) checkCodes(l int, sc, zp []byte) error {
+	if !sh.scale8 {
+		return nil
+	}
+	step := 1
+	if sh.key && !sh.asym {
+		step = keyScaleBytes(sh.rowBytes) // rowBytes is the head dim for 8-bit codes
+	}
+	for i := 0; i < len(sc); i += step {
+		if sc[i] > maxScale8 {
+			return fmt.Errorf("layer %d has scale code %#x at %d, past the largest finite %#x", l, sc[i], i, maxScale8)
+		}
+	}
+	for i, z := range zp {
+		if z&0x7f > maxZero8 {
+			return fmt.Errorf("layer %d has zero point code %#x at %d, an infinity or NaN", l, z, i)
+		}
+	}
+	return nil
+}
