@@ -141,15 +141,18 @@ func errBounds(c Config, p Precision, key bool, rows [][]float32) [][]float64 {
 	// e5m3 is the most an E5M3 scale rounded up exceeds s by (a relative
 	// step of 1/8, or the smallest code 2^-17).
 	e5m3 := func(s float64) float64 { return 1.125*s + 0x1p-17 }
-	// asym bounds Int4's error: zero point at most |min|/4 below the
-	// minimum (E5M2 rounded down), scale (max-zero)/15 rounded up.
+	// asym bounds Int4's error: its zero point z is the E5M2 code nearest
+	// the minimum (within |min|/8), its scale s the E5M3 code nearest
+	// (max-z)/15 (within a sixteenth), and codes clamp: a value below z
+	// clips by at most |min|/8, one above z+15s by at most (max-z)/16.
 	asym := func(vals []float64) float64 {
 		mn, mx := vals[0], vals[0]
 		for _, v := range vals {
 			mn, mx = math.Min(mn, v), math.Max(mx, v)
 		}
-		s := e5m3((mx - mn + math.Abs(mn)/4 + 0x1p-16) / 15)
-		return 0.5*s*(1+1e-6) + 1e-7
+		r := mx - mn + math.Abs(mn)/8 + 0x1p-16 // the most max-z can be
+		s := r/15*1.0625 + 0x1p-17
+		return 0.5*s*(1+1e-6) + math.Max(math.Abs(mn)/8, r/16) + 1e-7
 	}
 	absMax := func(vals []float64) float64 {
 		m := 0.0

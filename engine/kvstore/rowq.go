@@ -39,14 +39,14 @@ type quant8 struct {
 
 // groupScale chooses a group's 8-bit scale (and, for Int4, zero point) for
 // values from mn to mx whose largest magnitude is amax: symmetric Int8 and
-// FP8 take scale amax/qmax rounded up; Int4 takes its zero point at mn
-// rounded down and scale (mx-zero)/15 rounded up.
+// FP8 take scale amax/qmax rounded up (no value clips); Int4 takes its zero
+// point nearest mn and scale nearest (mx-zero)/15 (its codes clamp).
 func groupScale(p Precision, mn, mx, amax float32) quant8 {
 	var q quant8
 	if p == Int4 {
-		q.zp = zeroDown(mn)
+		q.zp = zeroNear(mn)
 		q.m = z8f(q.zp)
-		q.sc = scaleUp((mx - q.m) / 15)
+		q.sc = scaleNear((mx - q.m) / 15)
 	} else {
 		q.sc = scaleUp(amax / qmax(p))
 	}

@@ -5,9 +5,8 @@ import (
 	"testing"
 )
 
-// TestScaleCodes checks the 8-bit scale and zero point codes against every
-// code's value: scaleUp gives the smallest E5M3 code at or above x, zeroDown
-// the largest E5M2 code at or below x, saturating at the largest finite.
+// TestScaleCodes checks scaleUp against every code's value: the smallest
+// E5M3 code at or above x, saturating at the largest finite.
 func TestScaleCodes(t *testing.T) {
 	xs := []float32{0, -1, float32(math.NaN()), 1e-30, 0x1p-17, 0x1p-18, 1e-6, 0.001, 0.1, 0.3333, 1, 1.0625, 1.1, 2.5,
 		100, 1000, 61440, 61441, 70000, float32(math.Inf(1))}
@@ -28,26 +27,36 @@ func TestScaleCodes(t *testing.T) {
 					t.Errorf("scaleUp(%g) = %#x (%g), not the smallest code at or above it", v, c, s8f(c))
 				}
 			}
-			if v != v {
-				continue
-			}
-			z := zeroDown(v)
-			zv := z8f(z)
-			switch {
-			case v < -57344:
-				if zv != -57344 {
-					t.Errorf("zeroDown(%g) = %g, want -57344", v, zv)
-				}
-			case zv > v || math.IsInf(float64(zv), 0) || zv != zv:
-				t.Errorf("zeroDown(%g) = %#x (%g), above it or not finite", v, z, zv)
-			default:
-				// No finite E5M2 value lies in (zv, v].
-				for c := range 256 {
-					w := z8f(uint8(c))
-					if w > zv && w <= v && !math.IsInf(float64(w), 0) {
-						t.Errorf("zeroDown(%g) = %g, but code %#x (%g) is larger and at most %g", v, zv, c, w, v)
+		}
+	}
+}
+
+// TestNearCodes checks scaleNear and zeroNear against every code: no code's
+// value is nearer x than theirs (within f16's rounding of x first).
+func TestNearCodes(t *testing.T) {
+	for _, x := range []float32{0.001, 0.1, 0.3333, 1, 1.03, 1.0625, 1.1, 2.5, 100, 1000, 60000, 1e-6} {
+		for _, v := range []float32{x, -x} {
+			f := h2f(f16Finite(v))
+			if v > 0 {
+				c := scaleNear(v)
+				for k := range maxScale8 + 1 {
+					if d := math.Abs(float64(s8f(uint8(k)) - f)); d < math.Abs(float64(s8f(c)-f)) {
+						t.Errorf("scaleNear(%g) = %#x (%g), but code %#x (%g) is nearer", v, c, s8f(c), k, s8f(uint8(k)))
 						break
 					}
+				}
+			} else if scaleNear(v) != 0 {
+				t.Errorf("scaleNear(%g) = %#x, want 0", v, scaleNear(v))
+			}
+			z := zeroNear(v)
+			for k := range 256 {
+				w := z8f(uint8(k))
+				if uint8(k)&0x7f > maxZero8 {
+					continue
+				}
+				if d := math.Abs(float64(w - f)); d < math.Abs(float64(z8f(z)-f)) {
+					t.Errorf("zeroNear(%g) = %#x (%g), but code %#x (%g) is nearer", v, z, z8f(z), k, w)
+					break
 				}
 			}
 		}

@@ -95,7 +95,7 @@ func TestCachePrecisionKL(t *testing.T) {
 		{kvstore.Q8_0, 5e-3},
 		{kvstore.Int8, 5e-4},
 		{kvstore.FP8, 2e-2},
-		{kvstore.Int4, 4e-2},
+		{kvstore.Int4, 3e-2},
 		{kvstore.BF16, 1e-3},
 	} {
 		t.Run(tc.p.String(), func(t *testing.T) {

@@ -59,15 +59,20 @@ static uint8_t scale_up(float x) {
 	return (uint8_t)(c > 0xf7 ? 0xf7 : c);
 }
 
-/* zero_down returns the largest E5M2 code (an f16's bits 15..8) whose value
- * is at most x, saturating at ±57344; 0 for NaN. */
-static uint8_t zero_down(float x) {
+/* scale_near and zero_near return the E5M3 and E5M2 codes nearest x (of
+ * its f16, the dropped bits rounded half up), saturating; int4 takes them
+ * and clamps its codes (engine/kvstore's scaleNear, zeroNear). */
+static uint8_t scale_near(float x) {
+	if (!(x > 0)) return 0;
+	uint32_t c = ((uint32_t)f16_finite(x) + 0x40) >> 7;
+	return (uint8_t)(c > 0xf7 ? 0xf7 : c);
+}
+
+static uint8_t zero_near(float x) {
 	if (x != x) return 0;
 	uint16_t f = f16_finite(x);
-	if (kvs_h2f(f) > x) f = (f & 0x8000) ? f + 1 : f - 1;
-	if (!(f & 0x8000)) return (uint8_t)(f >> 8);
-	uint32_t m = ((uint32_t)(f & 0x7fff) + 0xff) >> 8;
-	return (uint8_t)(0x80 | (m > 0x7b ? 0x7b : m));
+	uint32_t m = ((uint32_t)(f & 0x7fff) + 0x80) >> 8;
+	return (uint8_t)((f >> 8 & 0x80) | (m > 0x7b ? 0x7b : m));
 }
 
 /* qmax8 is engine/kvstore's qmax: int8 127, int4 15, fp8 448. */
@@ -136,10 +141,10 @@ static void write_row(const struct kvs_kv_plane *p, int32_t layer, int32_t block
 		}
 		uint8_t sc;
 		if (p->prec == KVS_KV_INT4) {
-			uint8_t zp = zero_down(mn);
+			uint8_t zp = zero_near(mn);
 			((uint8_t *)p->zero)[si + g] = zp;
 			m = kvs_z8(zp);
-			sc = scale_up((mx - m) / 15);
+			sc = scale_near((mx - m) / 15);
 		} else {
 			sc = scale_up(amax / qmax8(p->prec));
 		}
@@ -275,10 +280,10 @@ int kvs_key_quantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *gro
 						float v = get_resid(p, r, row0 + tg * rs, h, tg, d);
 						mn = go_min(mn, v), mx = go_max(mx, v);
 					}
-					uint8_t zp = zero_down(mn);
+					uint8_t zp = zero_near(mn);
 					zero[si + d] = zp;
 					m = kvs_z8(zp);
-					scale[si + d] = scale_up((mx - m) / 15);
+					scale[si + d] = scale_near((mx - m) / 15);
 					s = kvs_s8(scale[si + d]);
 				} else {
 					s = kvs_key_scale(scale + si, d);

@@ -46,9 +46,10 @@ int kvs_plane_check(const struct kvs_kv_plane *p) {
 }
 
 /* scale_up returns the smallest E5M3 code (an f16's bits 14..7) whose value
- * is at least x, saturating at 0xf7; 0 for x zero, negative or NaN.
- * zero_down returns the largest E5M2 code (an f16's bits 15..8) at most x,
- * saturating at ±57344; 0 for NaN (engine/kvstore's scaleUp, zeroDown). */
+ * is at least x, saturating at 0xf7; 0 for x zero, negative or NaN (int8).
+ * scale_near and zero_near return the E5M3 and E5M2 (bits 15..8) codes
+ * nearest x's f16, saturating (int4, whose codes clamp): engine/kvstore's
+ * scaleUp, scaleNear, zeroNear. */
 __device__ __forceinline__ uint8_t scale_up(float x) {
 	if (!(x > 0)) return 0;
 	uint16_t f = f16_finite(x);
@@ -57,13 +58,17 @@ __device__ __forceinline__ uint8_t scale_up(float x) {
 	return (uint8_t)(c > 0xf7 ? 0xf7 : c);
 }
 
-__device__ __forceinline__ uint8_t zero_down(float x) {
+__device__ __forceinline__ uint8_t scale_near(float x) {
+	if (!(x > 0)) return 0;
+	uint32_t c = ((uint32_t)f16_finite(x) + 0x40) >> 7;
+	return (uint8_t)(c > 0xf7 ? 0xf7 : c);
+}
+
+__device__ __forceinline__ uint8_t zero_near(float x) {
 	if (x != x) return 0;
 	uint16_t f = f16_finite(x);
-	if (h2f(f) > x) f = (f & 0x8000) ? f + 1 : f - 1;
-	if (!(f & 0x8000)) return (uint8_t)(f >> 8);
-	uint32_t m = ((uint32_t)(f & 0x7fff) + 0xff) >> 8;
-	return (uint8_t)(0x80 | (m > 0x7b ? 0x7b : m));
+	uint32_t m = ((uint32_t)(f & 0x7fff) + 0x80) >> 8;
+	return (uint8_t)((f >> 8 & 0x80) | (m > 0x7b ? 0x7b : m));
 }
 
 /* round_sym rounds halves away from zero, clamped to ±lim; round_unsigned
@@ -132,14 +137,14 @@ __global__ void write_kernel(struct kvs_kv_plane p, int32_t layer, const int32_t
 				if (dq != 0) id = 1 / dq;
 			} else {
 				/* int8: symmetric, scale amax/127 rounded up to E5M3; int4:
-				 * zero point min rounded down to E5M2, scale (max-zero)/15
-				 * rounded up. */
+				 * zero point nearest min (E5M2), scale nearest
+				 * (max-zero)/15 (E5M3). */
 				uint8_t sc;
 				if (p.prec == KVS_KV_INT4) {
-					uint8_t zp = zero_down(mn);
+					uint8_t zp = zero_near(mn);
 					((uint8_t *)p.zero)[si + g] = zp;
 					m = z8f(zp);
-					sc = scale_up(__fdiv_rn(__fsub_rn(mx, m), qm));
+					sc = scale_near(__fdiv_rn(__fsub_rn(mx, m), qm));
 				} else {
 					sc = scale_up(__fdiv_rn(amax, qm));
 				}
@@ -282,9 +287,9 @@ __global__ void quantize_kernel(struct kvs_kv_plane p, const int64_t *groups, ui
 					float v = h2f(resid_bits(p, r, drow + (int64_t)tg * p.row_bytes, h, tg, d));
 					mn = go_min(mn, v), mx = go_max(mx, v);
 				}
-				uint8_t z = zero_down(mn);
+				uint8_t z = zero_near(mn);
 				zp[k] = z8f(z);
-				uint8_t s = scale_up(__fdiv_rn(__fsub_rn(mx, zp[k]), 15.0f));
+				uint8_t s = scale_near(__fdiv_rn(__fsub_rn(mx, zp[k]), 15.0f));
 				scale[si + d] = s, zero[si + d] = z;
 				id[k] = s8f(s) != 0 ? __frcp_rn(s8f(s)) : 0.0f;
 			}

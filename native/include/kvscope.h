@@ -343,9 +343,9 @@ KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n,
  * from their residual slots: group i is key group groups[i] % p->groups of
  * layer-block groups[i] / p->groups, its every token written into resid[i]
  * (kvs_kv_write). Per channel (kv_head, dim) over the group's tokens, as
- * engine/kvstore stores a group when it fills: int4 zero = E5M2(min)
- * rounded down, scale = E5M3((max-zero)/15) rounded up, q = round((x-zero)/
- * scale) halves up, clamped to 0..15; int8 and fp8 take a base
+ * engine/kvstore stores a group when it fills: int4 zero = the E5M2 code
+ * nearest min, scale = the E5M3 code nearest (max-zero)/15, q =
+ * round((x-zero)/scale) halves up, clamped to 0..15; int8 and fp8 take a base
  * b = E5M3(amax/qmax) over the head's channels rounded up (qmax 127, 448),
  * per channel the smallest m in 0..15 with b*(m+1)/16 >= amax_channel/qmax,
  * then q = round_half_away(x/scale) clamped to ±127 or E4M3(x/scale). The
