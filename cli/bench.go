@@ -9,12 +9,11 @@ import (
 	"path/filepath"
 	"text/tabwriter"
 
-	"github.com/dustin/go-humanize"
-
 	"kvscope/engine"
 	"kvscope/engine/kvcache"
 	"kvscope/engine/kvstore"
 	"kvscope/engine/model"
+	"kvscope/engine/synth"
 )
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
@@ -68,6 +67,10 @@ func benchCache(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stdout)
+	if err := headDimTable(stdout); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "Allocator waste on synthetic workloads (lognormal lengths with the PagedAttention paper's means;")
 	fmt.Fprintln(stdout, "the paper reports 60–80% waste for reservation-based systems and under 4% for vLLM at block size 16).")
 	for _, w := range []kvcache.Workload{kvcache.ShareGPTLike, kvcache.AlpacaLike} {
@@ -85,13 +88,13 @@ func benchCache(args []string, stdout, stderr io.Writer) error {
 
 // precisionTable prints, per K/V precision and block size, the mean KL of
 // next-token distributions from f32 K/V on ids (teacher forced), the bytes
-// per token, and the tokens a fixed budget holds in 1,000-token sequences
+// per token, and the tokens a budget holds in 1,000-token sequences
 // relative to f16 (scales, zero points and f16 residuals counted).
 func precisionTable(out io.Writer, m *model.Model, ids []int) error {
 	ctx := min(len(ids), m.Context)
 	ids = ids[:ctx]
-	fmt.Fprintf(out, "K/V precision on %d tokens (mean KL from f32 K/V; capacity: tokens a %s budget holds in 1,000-token sequences, relative to f16)\n",
-		len(ids), humanize.IBytes(capacityBudget))
+	fmt.Fprintf(out, "K/V precision on %d tokens (mean KL from f32 K/V; capacity: tokens a budget holds in 1,000-token sequences, relative to f16, key residuals counted)\n",
+		len(ids))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "precision\tblock\tKL\tbits/value K\tbits/value V\tbytes/token\tcapacity\t")
 	for _, bs := range []int{16, 32} {
@@ -101,7 +104,6 @@ func precisionTable(out io.Writer, m *model.Model, ids []int) error {
 		if err := teacherForced(m, ids, cc, ctx, func(i int, l []float32) { ref[i] = l }); err != nil {
 			return err
 		}
-		f16 := capacity(m, bs, kvstore.F16)
 		for _, p := range kvstore.Precisions() {
 			cc.K, cc.V = p, p
 			var kl float64
@@ -111,17 +113,70 @@ func precisionTable(out io.Writer, m *model.Model, ids []int) error {
 			kl /= float64(len(ref))
 			sc := m.CacheConfig(bs, 1, p, p)
 			kb, vb := kvstore.BitsPerValue(sc)
-			fmt.Fprintf(tw, "%s\t%d\t%.2g\t%.2f\t%.2f\t%.0f\t%.2f×\t\n", p, bs, kl, kb, vb, kvstore.BytesPerToken(sc), capacity(m, bs, p)/f16)
+			fmt.Fprintf(tw, "%s\t%d\t%.2g\t%.2f\t%.2f\t%.0f\t%.2f×\t\n", p, bs, kl, kb, vb, kvstore.BytesPerToken(sc), capacityRatio(sc))
 		}
 	}
 	return tw.Flush()
 }
 
-const capacityBudget = 1 << 30
+// capacityRatio is how many times the tokens of f16 K/V a budget holds at
+// store c's precisions, in 1,000-token sequences: the bytes of such a
+// sequence at f16 over its bytes under c (its blocks and, once a sequence,
+// the residual of a partly filled key group), with no rounding to whole
+// sequences.
+func capacityRatio(c kvstore.Config) float64 {
+	f := c
+	f.K, f.V = kvstore.F16, kvstore.F16
+	seq := kvstore.SequenceBytes(c, 1000)
+	if seq == 0 {
+		return 0
+	}
+	return float64(kvstore.SequenceBytes(f, 1000)) / float64(seq)
+}
 
-// capacity is how many tokens a capacityBudget holds in 1,000-token
-// sequences at precision p.
-func capacity(m *model.Model, bs int, p kvstore.Precision) float64 {
-	seq := kvstore.SequenceBytes(m.CacheConfig(bs, 1, p, p), 1000)
-	return float64(capacityBudget/seq) * 1000
+// kvShape is a model's K/V shape, for headDimTable.
+type kvShape struct {
+	name                     string
+	layers, kvHeads, headDim int
+}
+
+// headDimShapes are headDimTable's columns: stories260K (head dim 8), the
+// parity Llama 3 (32), gen-model's TinyLlama preset (64), and Llama 3 8B's
+// shape (128).
+var headDimShapes = []kvShape{
+	{"stories260K", 5, 4, 8},
+	{"parity-llama3", 2, 1, 32},
+	{"gen-model " + synth.TinyLlama.Name[len("synthetic "):len("synthetic TinyLlama-1.1B")], synth.TinyLlama.Layers, synth.TinyLlama.KVHeads, synth.TinyLlama.HeadDim()},
+	{"Llama-3-8B shape", 32, 8, 128},
+}
+
+// headDimTable prints, per K/V precision and block size, the bits a K and a
+// V value take (scales and zero points counted) and the capacity relative
+// to f16 (residuals counted), at each of headDimShapes' head dims: what
+// the capacity view and the lessons count, from the same functions.
+func headDimTable(out io.Writer) error {
+	fmt.Fprintln(out, "Bits a value (K/V, scales and zero points counted) and capacity relative to f16 (1,000-token sequences, key residuals counted), by head dim")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "precision\tblock\t")
+	for _, sh := range headDimShapes {
+		fmt.Fprintf(tw, "D=%d K/V bits\tD=%d capacity\t", sh.headDim, sh.headDim)
+	}
+	fmt.Fprintln(tw)
+	for _, bs := range []int{16, 32} {
+		for _, p := range kvstore.Precisions() {
+			fmt.Fprintf(tw, "%s\t%d\t", p, bs)
+			for _, sh := range headDimShapes {
+				c := kvstore.Config{Layers: sh.layers, KVHeads: sh.kvHeads, HeadDim: sh.headDim, BlockSize: bs, Blocks: 1, K: p, V: p}
+				kb, vb := kvstore.BitsPerValue(c)
+				fmt.Fprintf(tw, "%.2f/%.2f\t%.2f×\t", kb, vb, capacityRatio(c))
+			}
+			fmt.Fprintln(tw)
+		}
+	}
+	fmt.Fprint(tw, "model\t\t")
+	for _, sh := range headDimShapes {
+		fmt.Fprintf(tw, "%s\t%d×%d heads\t", sh.name, sh.layers, sh.kvHeads)
+	}
+	fmt.Fprintln(tw)
+	return tw.Flush()
 }

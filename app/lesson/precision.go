@@ -44,11 +44,13 @@ var Precision = &Lesson{
 		Check: func(v *Env, s *engine.Snapshot) (string, bool) {
 			m := s.Cache.Metrics
 			v.Set("t16", m.TotalBlocks*m.BlockSize)
-			return fmt.Sprintf("%s fit in %s (%s a token); the reply holds %s", humanize.Comma(int64(m.TotalBlocks*m.BlockSize))+" tokens",
-				humanize.IBytes(uint64(precisionBudget)), humanize.IBytes(uint64(m.BytesPerToken+0.5)), engine.Count(m.UsedBlocks, "block")), m.TotalBlocks > 0 && m.UsedBlocks > 0
+			fit, ok := poolAsCounted(v, s)
+			return fmt.Sprintf("%s fit in %s (%s a token; %s counted for these settings); the reply holds %s", humanize.Comma(int64(m.TotalBlocks*m.BlockSize))+" tokens",
+					humanize.IBytes(uint64(precisionBudget)), humanize.IBytes(uint64(m.BytesPerToken+0.5)), humanize.Comma(int64(fit.Tokens)), engine.Count(m.UsedBlocks, "block")),
+				ok && m.TotalBlocks > 0 && m.UsedBlocks > 0
 		},
 	}, {
-		Explain: fmt.Sprintf("The same budget at int4: keys quantized per channel, values per token, four bits each with a scale. More tokens fit. Held at token %d of the same greedy reply.", precisionHoldAt),
+		Explain: fmt.Sprintf("The same budget at int4: keys quantized per channel, values per token, four bits each with an 8-bit scale and zero point. More tokens fit. Held at token %d of the same greedy reply.", precisionHoldAt),
 		Promise: "more tokens held at int4 than at f16",
 		Do: func(v *Env) (*engine.Snapshot, error) {
 			if _, err := v.RunUntil(ended(v.Get("f16").(*Req))); err != nil {
@@ -62,8 +64,10 @@ var Precision = &Lesson{
 		Check: func(v *Env, s *engine.Snapshot) (string, bool) {
 			m := s.Cache.Metrics
 			t16, t4 := v.Int("t16"), m.TotalBlocks*m.BlockSize
-			return fmt.Sprintf("%s fit at int4 (%s a token), %.1f× the %s at f16", humanize.Comma(int64(t4))+" tokens",
-				humanize.IBytes(uint64(m.BytesPerToken+0.5)), float64(t4)/float64(max(t16, 1)), humanize.Comma(int64(t16))), t4 > t16
+			_, ok := poolAsCounted(v, s)
+			kb, vb := kvstore.BitsPerValue(v.Model().CacheConfig(m.BlockSize, 1, kvstore.Int4, kvstore.Int4))
+			return fmt.Sprintf("%s fit at int4 (%s a token: K %.2g, V %.2g bits a value with scales and zero points), %.1f× the %s at f16", humanize.Comma(int64(t4))+" tokens",
+				humanize.IBytes(uint64(m.BytesPerToken+0.5)), kb, vb, float64(t4)/float64(max(t16, 1)), humanize.Comma(int64(t16))), ok && t4 > t16
 		},
 	}, {
 		Explain: "Both replies done: the greedy reply at int4 stays close to the one at f16.",
@@ -78,6 +82,15 @@ var Precision = &Lesson{
 				fa.Generated == precisionReply && fb.Generated == precisionReply
 		},
 	}},
+}
+
+// poolAsCounted reports the pool engine.Capacity (the Controls tab's
+// capacity view) counts for the snapshot's settings, and whether the
+// engine's pool holds exactly its tokens.
+func poolAsCounted(v *Env, s *engine.Snapshot) (engine.Fit, bool) {
+	fit, err := engine.Capacity(v.Model(), s.Config, 1)
+	m := s.Cache.Metrics
+	return fit, err == nil && fit.Tokens == m.TotalBlocks*m.BlockSize
 }
 
 // precisionRun starts the precision lesson's greedy reply and holds it at

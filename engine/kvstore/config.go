@@ -21,17 +21,19 @@ type Config struct {
 	K, V Precision // storage precision of keys and of values
 
 	// KeyGroup is the number of consecutive tokens of a block whose keys share
-	// one scale and zero point per channel, for Int8 and Int4 keys; 0 means
-	// min(32, BlockSize). When it does not divide BlockSize, a block's last
-	// key group is shorter. Ignored for other key precisions.
+	// one scale (and, for Int4, zero point) per channel, for Int8, Int4 and
+	// FP8 keys; 0 means min(32, BlockSize). When it does not divide
+	// BlockSize, a block's last key group is shorter. Ignored for other key
+	// precisions.
 	KeyGroup int
 
 	// ValueGroup is the number of consecutive values of a token's V row
-	// (KVHeads*HeadDim values, head-major) that share one scale and zero
-	// point, for Int8 and Int4 values; 0 means 32. A group may span heads when
-	// HeadDim is smaller (with head dim 8, one group covers 4 heads; set it to
-	// HeadDim for per-head groups). When it does not divide the row, the last
-	// group is shorter. Ignored for other value precisions.
+	// (KVHeads*HeadDim values, head-major) that share one scale (and, for
+	// Int4, zero point), for Int8, Int4 and FP8 values; 0 means 64. A group
+	// may span heads when HeadDim is smaller (with head dim 32, one group
+	// covers 2 heads; set it to HeadDim for per-head groups). When it does
+	// not divide the row, the last group is shorter. Ignored for other value
+	// precisions.
 	ValueGroup int
 }
 
@@ -43,11 +45,15 @@ func (c Config) keyGroup() int {
 	return min(32, c.BlockSize)
 }
 
+// defaultValueGroup is ValueGroup's default: 64 values of a token's row
+// share one 8-bit scale, an eighth of a bit a value.
+const defaultValueGroup = 64
+
 // valueGroup returns the effective value group length along the token row.
 func (c Config) valueGroup() int {
 	g := c.ValueGroup
 	if g <= 0 {
-		g = 32
+		g = defaultValueGroup
 	}
 	return min(g, c.KVHeads*c.HeadDim)
 }
@@ -102,14 +108,20 @@ func (c Config) checkShape() error {
 // shape is the per-layer, per-block storage of one of K or V.
 type shape struct {
 	prec     Precision
-	key      bool // per-channel key layout with residual (Int8/Int4 keys)
+	key      bool // per-channel key layout with residual (Int8/Int4/FP8 keys)
 	rowBytes int  // bytes of one (head, token) row of HeadDim values
 	group    int  // row-quantized: values per group along the token row; key: tokens per group
 	groups   int  // row-quantized: groups per token; key: groups per block
 	data     int  // data bytes (or elements, for F32/F16/BF16) per layer and block
-	scales   int  // f16 scales per layer and block (also the zero-point count when asym)
-	asym     bool // a zero point (f16 minimum) accompanies each scale
+	scales   int  // scales per layer and block (also the zero-point count when asym); for symmetric keys, bytes of keyScaleBytes a (head, group)
+	scale8   bool // scales are 8-bit E5M3 (Int8/Int4/FP8), not f16 (Q8_0)
+	asym     bool // an 8-bit E5M2 zero point (the group's minimum, rounded down) accompanies each scale (Int4)
 }
+
+// keyScaleBytes returns the scale bytes of one (head, key group) of
+// symmetric keys (Int8, FP8) of head dim d: an E5M3 base scale, then a
+// 4-bit multiplier a channel, two a byte (the even dim in the low nibble).
+func keyScaleBytes(d int) int { return 1 + (d+1)/2 }
 
 // shapeOf returns the storage shape of keys (key true) or values at
 // precision p under c.
@@ -128,20 +140,21 @@ func shapeOf(c Config, p Precision, key bool) shape {
 		s.rowBytes = d
 	}
 	s.data = h * b * s.rowBytes
+	s.scale8, s.asym = p != Q8_0, p == Int4
 	switch {
 	case key && p.keyResidual():
-		s.key, s.asym = true, true
+		s.key = true
 		s.group = c.keyGroup()
 		s.groups = (b + s.group - 1) / s.group
 		s.scales = h * s.groups * d
+		if !s.asym {
+			s.scales = h * s.groups * keyScaleBytes(d)
+		}
 		return s
 	case p == Q8_0:
 		s.group = min(32, row)
-	case p == FP8:
-		s.group = d
-	default: // Int8, Int4 values
+	default: // Int8, Int4, FP8 values
 		s.group = c.valueGroup()
-		s.asym = true
 	}
 	s.groups = (row + s.group - 1) / s.group
 	s.scales = b * s.groups
@@ -156,9 +169,12 @@ func (s shape) bytes() int {
 	case F16, BF16:
 		return s.data * 2
 	}
-	n := s.data + 2*s.scales
+	if !s.scale8 {
+		return s.data + 2*s.scales
+	}
+	n := s.data + s.scales
 	if s.asym {
-		n += 2 * s.scales
+		n += s.scales
 	}
 	return n
 }
@@ -185,16 +201,16 @@ func BytesPerToken(c Config) float64 {
 }
 
 // ResidualBytes returns the bytes of key residual a partly filled key group
-// holds across all layers, or 0 when the key precision needs none. Int8 and
-// Int4 keys are quantized per channel across a key group of tokens, so the
-// tokens of a group that is not yet full are kept at f16 in residual slots
+// holds across all layers, or 0 when the key precision needs none. Int8,
+// Int4 and FP8 keys are quantized per channel across a key group of tokens,
+// so the tokens of a group that is not yet full are kept at f16 in residual slots
 // taken from a pool shared by the whole store, one slot per layer, returned
 // as soon as that layer's group is full.
 //
-// For Int8 keys a slot holds only the high byte of each f16 value: the low
-// byte sits in the block's own (not yet used) 8-bit key storage, so the
-// residual costs Layers*KVHeads*KeyGroup*HeadDim bytes. Int4 keys keep whole
-// f16 values, twice that. A sequence being extended holds one partial key
+// For Int8 and FP8 keys a slot holds only the high byte of each f16 value:
+// the low byte sits in the block's own (not yet used) 8-bit key storage, so
+// the residual costs Layers*KVHeads*KeyGroup*HeadDim bytes. Int4 keys keep
+// whole f16 values, twice that. A sequence being extended holds one partial key
 // group at a time, so a cache budget should count ResidualBytes once per
 // running sequence; SequenceBytes does.
 func ResidualBytes(c Config) int {
@@ -202,7 +218,7 @@ func ResidualBytes(c Config) int {
 		return 0
 	}
 	switch c.K {
-	case Int8:
+	case Int8, FP8:
 		return c.Layers * c.KVHeads * c.keyGroup() * c.HeadDim
 	case Int4:
 		return 2 * c.Layers * c.KVHeads * c.keyGroup() * c.HeadDim

@@ -18,33 +18,71 @@
 // two values a byte, the even dim in the low nibble); scales and zero points
 // sit in parallel arrays indexed by layer and block:
 //
-//   - Q8_0, FP8 and Int8/Int4 values: [tokenInBlock][group], where a group is
-//     a run of a token's row of KVHeads*HeadDim values (head-major).
-//   - Int8/Int4 keys: [kvHead][keyGroup][headDim], one per channel and key
-//     group of tokens.
+//   - Q8_0, and Int8, Int4 and FP8 values: [tokenInBlock][group], where a
+//     group is a run of a token's row of KVHeads*HeadDim values
+//     (head-major).
+//   - Int4 keys: [kvHead][keyGroup][headDim], one scale and zero point per
+//     channel and key group of tokens.
+//   - Int8 and FP8 keys: [kvHead][keyGroup] of 1 + ceil(HeadDim/2) bytes: a
+//     base scale, then a 4-bit multiplier per channel (the even dim in the
+//     low nibble).
 //
 // ReadK and ReadV decode a block's first n tokens into [kvHead][n][headDim].
 //
 // # Precisions
 //
-// Every scale and zero point is an f16. Bits a value, counting them, for a
-// head dim D, key group KG (default min(32, BlockSize)) and value group VG
-// (default 32); the last two columns are stories260K (4 KV heads, D 8) and a
-// TinyLlama-like shape (4 KV heads, D 64) at block size 32:
+// Q8_0's scales are f16, as llama.cpp's. Int8, Int4 and FP8 scales and zero
+// points are 8 bits, f16 values cut to their top bits so that every backend
+// decodes them with a shift and an f16 conversion: a scale is unsigned E5M3
+// (an f16's bits 14..7: 2^-17 to 61440, three mantissa bits), for Int8
+// and FP8 rounded up, so that no value of its group lies past the largest
+// code (NVFP4's rule); a zero point is E5M2 (bits 15..8, FP8's other
+// format). Int4 rounds its scale and zero point to the nearest code and
+// clamps its values' codes: on stories260K and parity-llama3 that costs
+// about a quarter less KL than widening the range to hold every value. Bits a value, counting them, for a head dim D, key
+// group KG (default min(32, BlockSize)) and value group VG (default 64,
+// never more than the KVHeads*D row); the last four columns are
+// stories260K (4 KV heads, D 8, block 32), parity-llama3 (1 KV head, D 32,
+// block 16), TinyLlama (4 KV heads, D 64, block 16) and a Llama 3 8B shape
+// (8 KV heads, D 128, block 16), K/V:
 //
-//	precision  layout                                           bits a value       D=8    D=64
-//	f32        per value                                        32                 32     32
-//	f16        per value, round to nearest even                 16                 16     16
-//	bf16       per value, round to nearest even                 16                 16     16
-//	q8_0       per token row, groups of 32, scale absmax/127    8 + 16/32          8.5    8.5
-//	fp8        E4M3FN per value, scale absmax/448 per token     8 + 16/D           10     8.25
-//	           and KV head
-//	int8 K     per channel over KG tokens, asymmetric min/max   8 + 32/KG          9      9
-//	int4 K     per channel over KG tokens, asymmetric min/max   4 + 32/KG          5      5
-//	int8 V     per token row, groups of VG, asymmetric          8 + 32/VG          9      9
-//	int4 V     per token row, groups of VG, asymmetric          4 + 32/VG          5      5
+//	precision  layout                                         bits a value            D=8        D=32       D=64       D=128
+//	f32        per value                                      32                      32         32         32         32
+//	f16        per value, round to nearest even               16                      16         16         16         16
+//	bf16       per value, round to nearest even               16                      16         16         16         16
+//	q8_0       per token row, groups of 32, scale absmax/127  8 + 16/32               8.5/8.5    8.5/8.5    8.5/8.5    8.5/8.5
+//	int8 K     per channel over KG tokens, symmetric: a base  8 + (8+4D)/(KG*D)       8.16       8.27       8.26       8.25
+//	           scale per head and a 4-bit multiplier a channel
+//	int8 V     per token row, groups of VG, symmetric         8 + 8/VG                8.25       8.25       8.12       8.12
+//	fp8 K, V   E4M3FN codes, scaled as int8 (scale absmax/448) as int8                8.16/8.25  8.27/8.25  8.26/8.12  8.25/8.12
+//	int4 K     per channel over KG tokens, asymmetric         4 + 16/KG               4.5        5          5          5
+//	int4 V     per token row, groups of VG, asymmetric        4 + 16/VG               4.5        4.5        4.25       4.25
 //
 // BitsPerValue computes these for a Config, BlockBytes the bytes of a block.
+// With the key residual counted once per 1,000-token sequence (below), int8
+// and fp8 hold 1.92× the tokens of f16 at D 8 and 32 and 1.94× at D 64 and
+// 128 (block 16 or 32), int4 3.28× to 3.46×; q8_0 holds 1.88×.
+//
+// Why these layouts. Int8 must hold at least 1.9× f16's tokens (at most
+// about 8.4 bits a value, residual included) at head dim 32 and block 16,
+// where f16 metadata costs most: an f16 scale and zero point per channel
+// over 16 tokens is 2 bits a key value by itself. So int8 is symmetric (no
+// zero point: on stories260K and parity-llama3 this costs less than the
+// scales' precision does), its scales are 8 bits, and a key channel's scale
+// is a 4-bit multiplier m of one E5M3 base b per head and key group,
+// b*(m+1)/16, with b = amax/127 over the head's channels rounded up and m
+// the smallest that covers the channel's amax/127: a quarter bit a value at
+// block 16 instead of half a bit for an E5M3 scale a channel, and about as
+// precise (the multiplier's step is a sixteenth of the base; the E5M3
+// step an eighth). Mean KL from f32 K/V (kvscope bench cache, pure Go
+// backend) is under q8_0's on the trained stories260K (2.7e-4 against
+// 1.8e-3 at block 32) and on parity-llama3 (1.4e-4 against 1.7e-4), but
+// not on gen-model's random-weight "small" preset of head dim 64 (4.4e-6
+// against 3.5e-6, both tiny): there the values' E5M3 scale, rounded up,
+// costs more than per-channel keys save. Int4 keeps a zero point per channel (E5M2):
+// 15 levels over a channel's range instead of a symmetric 15 over twice
+// its largest magnitude. FP8 scales as int8 does, so that its keys are per
+// channel with a residual as int8's and cost the same bits.
 //
 // Q8_0 follows ggml's quantize_row_q8_0: d = absmax/127 rounded to f16,
 // q = round(x/d) with the unrounded d, halves away from zero. When a token's
@@ -52,23 +90,19 @@
 // heads when HeadDim is under 32 (stories260K's 32-value row is one group),
 // which is llama.cpp's row layout, and it works for any head size.
 //
-// FP8 is OCP E4M3FN (bias 7, largest 448, no infinity; NaN never stored),
-// rounded to nearest even, saturating, with one f16 scale per token and KV
-// head. A per-block scale would need every token of the block before the
-// first could be stored, that is the same residual machinery as Int8/Int4
-// keys, for a saving of 2 bits a value at D 8 and a quarter bit at D 64; it is
-// not implemented.
-//
-// Int8 and Int4 are KIVI-style and asymmetric: scale = (max-min)/(2^bits-1)
-// and zero point = min, both rounded to f16, q = round((x-min)/scale). Keys
-// are quantized per channel (kvHead, dim) across the KG tokens of a key
-// group, because keys carry outlier channels that would crush every other
-// channel of a per-token group. Values are quantized per token in groups of
-// VG consecutive values of the row; with HeadDim 8 a group of 32 spans 4
-// heads, which keeps Int4 at 5 bits a value (set ValueGroup to HeadDim for
-// per-head groups: better accuracy, 8 bits a value at D 8). When KG does not
-// divide BlockSize or VG the row, the last group is shorter. Scales and zero
-// points past f16's range saturate at ±65504.
+// Int8 codes are signed bytes, q = round(x/s) halves away from zero,
+// clamped to ±127, with s the decoded 8-bit scale (the value of its code)
+// and 1/s rounded to float. Int4 codes are q = round((x-z)/s) halves up,
+// clamped to 0..15, with z the decoded zero point. FP8 is OCP E4M3FN (bias
+// 7, largest 448, no infinity; NaN never stored) of x/s, rounded to nearest
+// even, saturating. Keys are quantized per channel (kvHead, dim) across the
+// KG tokens of a key group, because keys carry outlier channels that would
+// crush every other channel of a per-token group (KIVI). Values are
+// quantized per token in groups of VG consecutive values of the row; with
+// HeadDim 32 a group of 64 spans 2 heads (set ValueGroup to HeadDim for
+// per-head groups). When KG does not divide BlockSize or VG the row, the
+// last group is shorter. A scale past E5M3's range saturates at 61440 and a
+// zero point at ±57344 (values past them clip).
 //
 // # The key residual
 //
@@ -83,15 +117,16 @@
 // that runs layer by layer holds at most one more slot while it fills a
 // group (TestResidualPeak).
 //
-// For Int8 keys a slot stores only the high byte of each f16 value: the low
-// byte waits in the block's own 8-bit key storage, where the token's
-// quantized byte goes later. A partial key group costs ResidualBytes(c) =
-// Layers*KVHeads*KG*HeadDim bytes, all layers together, for Int8 keys and
-// twice that for Int4; a cache budget should count it once per running
-// sequence (SequenceBytes does), and Store.Residuals reports what is held.
-// At block size 32 this puts 1000-token sequences at 1.753× (Int8) and 3.048×
-// (Int4) the tokens of f16 in the same memory for stories260K's shape, and
-// 1.754× and 3.048× for 22 layers, 4 KV heads, head dim 64 (TestCapacity).
+// For Int8 and FP8 keys a slot stores only the high byte of each f16 value:
+// the low byte waits in the block's own 8-bit key storage, where the
+// token's quantized byte goes later. A partial key group costs
+// ResidualBytes(c) = Layers*KVHeads*KG*HeadDim bytes, all layers together,
+// for Int8 and FP8 keys and twice that for Int4; a cache budget should
+// count it once per running sequence (SequenceBytes does), and
+// Store.Residuals reports what is held. At block size 32 this puts
+// 1000-token sequences at 1.92× (Int8, FP8) and 3.37× (Int4) the tokens of
+// f16 in the same memory for stories260K's shape, and 1.94× and 3.46× for
+// 22 layers, 4 KV heads, head dim 64 (TestCapacity).
 //
 // A group's state is tracked per layer by a mask of written slots. The block
 // pool should call Reset when it gives a block to a new owner; otherwise,
@@ -101,15 +136,16 @@
 // # Concurrency and errors
 //
 // Write, ReadK and ReadV may run in parallel for different blocks, and
-// Writes for distinct slots of one block may too; Int8/Int4 keys take a
-// per-block lock (shared for reads) because a write may quantize the group.
+// Writes for distinct slots of one block may too; Int8/Int4/FP8 keys take a
+// per-block lock (shared for reads) because a write may quantize the group
+// (FP8 keys too).
 // Indices out of range are programming errors and panic with a message that
 // names them; Config.Validate, New and Load return errors for everything a
 // user or a file can get wrong.
 //
 // Save writes a block as a little-endian byte string: a header with the
-// store's shape and precisions, then per layer the K data, scales and zero
-// points (for Int8/Int4 keys also the slot mask and, per key group, a
-// residual flag and slot), then the same for V. Load checks it all before
-// changing the block.
+// store's shape and precisions (magic "KVB2": the 8-bit scales' layout),
+// then per layer the K data, scales and zero points (for Int8/Int4/FP8
+// keys also the slot mask and, per key group, a residual flag and slot),
+// then the same for V. Load checks it all before changing the block.
 package kvstore

@@ -33,10 +33,10 @@ func Example() {
 	fmt.Println("residual bytes held (layer 0's partial key group):", inUse)
 
 	kb, vb := kvstore.BitsPerValue(c)
-	fmt.Printf("block: %d bytes (K %.0f, V %.0f bits a value); residual of a partial key group: %d bytes\n",
+	fmt.Printf("block: %d bytes (K %.1f, V %.1f bits a value); residual of a partial key group: %d bytes\n",
 		kvstore.BlockBytes(c), kb, vb, kvstore.ResidualBytes(c))
 	// Output:
 	// head 1, token 2: [4 4.25 4.5 4.75 5 5.25 5.5 5.75]
 	// residual bytes held (layer 0's partial key group): 2048
-	// block: 6400 bytes (K 5, V 5 bits a value); residual of a partial key group: 10240 bytes
+	// block: 5760 bytes (K 4.5, V 4.5 bits a value); residual of a partial key group: 10240 bytes
 }

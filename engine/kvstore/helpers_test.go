@@ -138,13 +138,21 @@ func errBounds(c Config, p Precision, key bool, rows [][]float32) [][]float64 {
 	for t := range out {
 		out[t] = make([]float64, row)
 	}
-	asym := func(vals []float64, qm float64) float64 {
+	// e5m3 is the most an E5M3 scale rounded up exceeds s by (a relative
+	// step of 1/8, or the smallest code 2^-17).
+	e5m3 := func(s float64) float64 { return 1.125*s + 0x1p-17 }
+	// asym bounds Int4's error: its zero point z is the E5M2 code nearest
+	// the minimum (within |min|/8), its scale s the E5M3 code nearest
+	// (max-z)/15 (within a sixteenth), and codes clamp: a value below z
+	// clips by at most |min|/8, one above z+15s by at most (max-z)/16.
+	asym := func(vals []float64) float64 {
 		mn, mx := vals[0], vals[0]
 		for _, v := range vals {
 			mn, mx = math.Min(mn, v), math.Max(mx, v)
 		}
-		s := (mx - mn) / qm
-		return 0.5*s + (qm*s+math.Abs(mn)+math.Abs(mx))/2048 + 1e-6
+		r := mx - mn + math.Abs(mn)/8 + 0x1p-16 // the most max-z can be
+		s := r/15*1.0625 + 0x1p-17
+		return 0.5*s*(1+1e-6) + math.Max(math.Abs(mn)/8, r/16) + 1e-7
 	}
 	absMax := func(vals []float64) float64 {
 		m := 0.0
@@ -152,6 +160,13 @@ func errBounds(c Config, p Precision, key bool, rows [][]float32) [][]float64 {
 			m = math.Max(m, math.Abs(v))
 		}
 		return m
+	}
+	// sym bounds a symmetric code's error at scale s for value v.
+	sym := func(v, s float64) float64 {
+		if p == FP8 { // 3 mantissa bits; subnormals step 2^-9 of the scale
+			return math.Abs(v)/16 + s/1024 + 1e-7
+		}
+		return 0.5*s*(1+1e-6) + 1e-7
 	}
 	// rowGroups applies bound to each group of size G along every token's row.
 	rowGroups := func(G int, bound func(vals []float64, i int) float64) {
@@ -173,25 +188,43 @@ func errBounds(c Config, p Precision, key bool, rows [][]float32) [][]float64 {
 		return nil
 	case p == Q8_0:
 		rowGroups(min(32, row), func(v []float64, _ int) float64 { return 0.57*absMax(v)/127 + 1e-6 })
-	case p == FP8:
-		rowGroups(D, func(v []float64, i int) float64 { return math.Abs(v[i])/16 + absMax(v)*1e-3 + 1e-7 })
-	case key: // Int8, Int4 keys: per channel across each key group of tokens
-		KG := c.keyGroup()
+	case key: // Int8, Int4, FP8 keys: per channel across each key group of tokens
+		KG, qm := c.keyGroup(), float64(qmax(p))
 		for lo := 0; lo < n; lo += KG {
 			hi := min(lo+KG, n)
+			chans := make([][]float64, row)
 			for i := range row {
-				vals := make([]float64, 0, KG)
 				for t := lo; t < hi; t++ {
-					vals = append(vals, float64(rows[t][i]))
+					chans[i] = append(chans[i], float64(rows[t][i]))
 				}
-				b := asym(vals, float64(qmax(p)))
-				for t := lo; t < hi; t++ {
-					out[t][i] = b
+			}
+			for h := range c.KVHeads {
+				top := 0.0 // the head's largest magnitude, for the base scale
+				for i := h * D; i < (h+1)*D; i++ {
+					top = math.Max(top, absMax(chans[i]))
+				}
+				for i := h * D; i < (h+1)*D; i++ {
+					// The channel's scale: amax/qmax, its multiplier rounded
+					// up by at most a sixteenth of the base.
+					s := absMax(chans[i])/qm + e5m3(top/qm)/16
+					// Keys are quantized from their f16 residual: add its
+					// rounding, a half ulp of the channel's largest.
+					f16 := absMax(chans[i]) / 1024
+					for t := lo; t < hi; t++ {
+						if p == Int4 {
+							out[t][i] = asym(chans[i]) + f16
+						} else {
+							out[t][i] = sym(float64(rows[t][i]), s) + f16
+						}
+					}
 				}
 			}
 		}
-	default: // Int8, Int4 values: per token, groups along the row
-		rowGroups(c.valueGroup(), func(v []float64, _ int) float64 { return asym(v, float64(qmax(p))) })
+	case p == Int4:
+		rowGroups(c.valueGroup(), func(v []float64, _ int) float64 { return asym(v) })
+	default: // Int8, FP8 values: per token, groups along the row, symmetric
+		qm := float64(qmax(p))
+		rowGroups(c.valueGroup(), func(v []float64, i int) float64 { return sym(v[i], e5m3(absMax(v)/qm)) })
 	}
 	return out
 }

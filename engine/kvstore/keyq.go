@@ -5,18 +5,19 @@ import (
 	"sync"
 )
 
-// keyPlane stores Int8 or Int4 keys the KIVI way: quantized per channel
-// (kvHead, dim) across the tokens of a key group, with an f16 scale and an
-// f16 zero point (the minimum) per channel and group. A group's tokens stay
-// at f16 in a residual slot until the group is full, then the group is
-// quantized at once.
+// keyPlane stores Int8, Int4 or FP8 keys the KIVI way: quantized per
+// channel (kvHead, dim) across the tokens of a key group, with an 8-bit
+// scale (and, for Int4, an 8-bit zero point) per channel and group. A
+// group's tokens stay at f16 in a residual slot until the group is full,
+// then the group is quantized at once.
 //
 // Per layer and block: data [kvHead][slot][rowBytes] (Int4 packs two dims a
 // byte, the even dim in the low nibble), scale and zero [kvHead][group][dim],
 // and a bit mask of the slots written. A residual slot serves one layer's
-// key group of one block: [kvHead][tokenInGroup][dim], holding for Int8 the
-// high byte of each f16 value (the low byte sits in data, where the token's
-// quantized byte will go) and for Int4 the whole f16 value, little-endian.
+// key group of one block: [kvHead][tokenInGroup][dim], holding for Int8 and
+// FP8 the high byte of each f16 value (the low byte sits in data, where the
+// token's quantized byte will go) and for Int4 the whole f16 value,
+// little-endian.
 //
 // A per-block lock serializes writes, which may quantize a group; reads take
 // it shared.
@@ -25,8 +26,8 @@ type keyPlane struct {
 	sh    shape
 	words int // mask words per layer and block
 	data  []byte
-	scale []uint16
-	zero  []uint16
+	scale []uint8 // E5M3
+	zero  []uint8 // E5M2, Int4 only (nil otherwise)
 	mask  []uint64
 	resid [][]byte // [(layer*Blocks+block)*groups+group]; nil when none is held
 	locks []sync.RWMutex
@@ -39,11 +40,13 @@ func newKeyPlane(c Config, sh shape, pool *residualPool) *keyPlane {
 	w := MaskWords(c)
 	p := &keyPlane{c: c, sh: sh, words: w, pool: pool,
 		data:  make([]byte, n*sh.data),
-		scale: make([]uint16, n*sh.scales),
-		zero:  make([]uint16, n*sh.scales),
+		scale: make([]uint8, n*sh.scales),
 		mask:  make([]uint64, n*w),
 		resid: make([][]byte, n*sh.groups),
 		locks: make([]sync.RWMutex, c.Blocks),
+	}
+	if sh.asym {
+		p.zero = make([]uint8, n*sh.scales)
 	}
 	size := c.KVHeads * sh.group * c.HeadDim
 	p.bufs.New = func() any { b := make([]float32, size); return &b }
@@ -133,7 +136,7 @@ func (p *keyPlane) write(l, b, t int, x []float32) {
 	for h := range H {
 		xs := x[h*D : (h+1)*D]
 		ri := p.residIndex(h, t-lo)
-		if p.sh.prec == Int8 {
+		if p.sh.prec.byteResid() {
 			di := p.dataIndex(l, b, h, t)
 			for d, v := range xs {
 				f := f16(v)
@@ -174,7 +177,7 @@ func (p *keyPlane) decodeResidual(l, b, g, tg0, tg1, n, off int, dst []float32) 
 				continue
 			}
 			ri := p.residIndex(h, tg)
-			if p.sh.prec == Int8 {
+			if p.sh.prec.byteResid() {
 				di := p.dataIndex(l, b, h, lo+tg)
 				for d := range o {
 					o[d] = h2f(uint16(r[ri+d])<<8 | uint16(p.data[di+d]))
@@ -188,34 +191,89 @@ func (p *keyPlane) decodeResidual(l, b, g, tg0, tg1, n, off int, dst []float32) 
 	}
 }
 
+// scaleIndex returns the index in scale (and zero) of layer-block lb, head
+// h, key group g's first scale.
+func (p *keyPlane) scaleIndex(lb, h, g int) int {
+	return lb*p.sh.scales + (h*p.sh.groups+g)*(p.sh.scales/(p.c.KVHeads*p.sh.groups))
+}
+
+// keyScale returns channel d's scale of symmetric keys whose (head, group)
+// scale bytes are sc: the E5M3 base times (multiplier+1)/16, exact.
+func keyScale(sc []uint8, d int) float32 {
+	return s8f(sc[0]) * float32(getNibble(sc[1:], d)+1) * (1.0 / 16)
+}
+
 // quantGroup quantizes buf, [kvHead][tokenInGroup][dim] holding group g's gn
 // tokens of layer l, block b, per channel into data, scale and zero.
+//
+// Int4 keys take, per channel, an E5M2 zero point at the minimum rounded
+// down and an E5M3 scale (max-zero)/15 rounded up. Symmetric keys (Int8,
+// FP8) take one E5M3 base scale S for the (head, group), amax/qmax over all
+// its channels rounded up, and per channel the smallest multiplier r in
+// 0..15 with S*(r+1)/16 at least the channel's amax/qmax: its scale.
 func (p *keyPlane) quantGroup(l, b, g, gn int, buf []float32) {
 	D, H, lo := p.c.HeadDim, p.c.KVHeads, g*p.sh.group
 	lb := l*p.c.Blocks + b
-	qm := qmax(p.sh.prec)
+	prec := p.sh.prec
+	bp := p.bufs.Get().(*[]float32)
+	defer p.bufs.Put(bp)
+	amax := (*bp)[:D] // per channel, for symmetric keys (buf holds H*gn*D >= D values)
 	for h := range H {
-		si := lb*p.sh.scales + (h*p.sh.groups+g)*D
-		for d := range D {
-			mn, mx := buf[h*gn*D+d], buf[h*gn*D+d]
-			for tg := 1; tg < gn; tg++ {
-				v := buf[(h*gn+tg)*D+d]
-				mn, mx = min(mn, v), max(mx, v)
+		si := p.scaleIndex(lb, h, g)
+		x := buf[h*gn*D : (h+1)*gn*D]
+		var qs []quant8
+		if p.sh.asym {
+			qs = make([]quant8, D)
+			for d := range D {
+				mn, mx := x[d], x[d]
+				for tg := 1; tg < gn; tg++ {
+					v := x[tg*D+d]
+					mn, mx = min(mn, v), max(mx, v)
+				}
+				qs[d] = groupScale(prec, mn, mx, 0)
+				p.scale[si+d], p.zero[si+d] = qs[d].sc, qs[d].zp
 			}
-			sc, zp := f16Finite((mx-mn)/qm), f16Finite(mn)
-			p.scale[si+d], p.zero[si+d] = sc, zp
-			s, m := h2f(sc), h2f(zp)
-			var id float32
-			if s != 0 {
-				id = 1 / s
+		} else {
+			var top float32
+			for d := range D {
+				var a float32
+				for tg := range gn {
+					v := x[tg*D+d]
+					if v < 0 {
+						v = -v
+					}
+					if v > a {
+						a = v
+					}
+				}
+				amax[d] = a
+				top = max(top, a)
 			}
-			for tg := range gn {
-				q := roundUnsigned((buf[(h*gn+tg)*D+d]-m)*id, qm)
-				di := p.dataIndex(l, b, h, lo+tg)
-				if p.sh.prec == Int8 {
-					p.data[di+d] = q
+			sc := p.scale[si : si+keyScaleBytes(D)]
+			qm := qmax(prec)
+			sc[0] = scaleUp(top / qm)
+			base := s8f(sc[0])
+			qs = make([]quant8, D)
+			for d := range D {
+				want := amax[d] / qm
+				r := 0
+				for r < 15 && base*float32(r+1)*(1.0/16) < want {
+					r++
+				}
+				setNibble(sc[1:], d, uint8(r))
+				if s := keyScale(sc, d); s != 0 {
+					qs[d].id = 1 / s
+				}
+			}
+		}
+		for tg := range gn {
+			di := p.dataIndex(l, b, h, lo+tg)
+			for d := range D {
+				c := qs[d].code(prec, x[tg*D+d])
+				if prec == Int4 {
+					setNibble(p.data[di:], d, c)
 				} else {
-					setNibble(p.data[di:], d, q)
+					p.data[di+d] = c
 				}
 			}
 		}
@@ -229,24 +287,34 @@ func (p *keyPlane) dequantTokens(l, b, g, tg0, tg1, n, off int, dst []float32) {
 	lb := l*p.c.Blocks + b
 	var sbuf, zbuf [256]float32
 	for h := range p.c.KVHeads {
-		si := lb*p.sh.scales + (h*p.sh.groups+g)*D
+		si := p.scaleIndex(lb, h, g)
 		// Decode the group's per-channel scales and zero points once,
 		// in chunks of 256 channels.
 		for c0 := 0; c0 < D; c0 += len(sbuf) {
 			c1 := min(c0+len(sbuf), D)
 			sc, zp := sbuf[:c1-c0], zbuf[:c1-c0]
 			for i := range sc {
-				sc[i], zp[i] = h2f(p.scale[si+c0+i]), h2f(p.zero[si+c0+i])
+				if p.sh.asym {
+					sc[i], zp[i] = s8f(p.scale[si+c0+i]), z8f(p.zero[si+c0+i])
+				} else {
+					sc[i] = keyScale(p.scale[si:], c0+i)
+				}
 			}
 			for tg := tg0; tg < tg1; tg++ {
 				o := dst[(h*n+off+tg)*D+c0 : (h*n+off+tg)*D+c1]
 				di := p.dataIndex(l, b, h, lo+tg)
-				if p.sh.prec == Int8 {
+				switch p.sh.prec {
+				case Int8:
 					q := p.data[di+c0 : di+c1]
 					for i := range o {
-						o[i] = float32(q[i])*sc[i] + zp[i]
+						o[i] = float32(int8(q[i])) * sc[i]
 					}
-				} else {
+				case FP8:
+					q, tab := p.data[di+c0:di+c1], fp8Table
+					for i := range o {
+						o[i] = tab[q[i]] * sc[i]
+					}
+				default: // Int4
 					q := p.data[di : di+p.sh.rowBytes]
 					for i := range o {
 						o[i] = float32(getNibble(q, c0+i))*sc[i] + zp[i]
@@ -298,7 +366,9 @@ func (p *keyPlane) copyBlock(dst, src int) {
 		ld, ls := l*p.c.Blocks+dst, l*p.c.Blocks+src
 		copy(p.data[ld*sh.data:(ld+1)*sh.data], p.data[ls*sh.data:(ls+1)*sh.data])
 		copy(p.scale[ld*sh.scales:(ld+1)*sh.scales], p.scale[ls*sh.scales:(ls+1)*sh.scales])
-		copy(p.zero[ld*sh.scales:(ld+1)*sh.scales], p.zero[ls*sh.scales:(ls+1)*sh.scales])
+		if p.zero != nil {
+			copy(p.zero[ld*sh.scales:(ld+1)*sh.scales], p.zero[ls*sh.scales:(ls+1)*sh.scales])
+		}
 		copy(p.masks(l, dst), p.masks(l, src))
 		for g := range sh.groups {
 			p.setResidual(p.residual(l, dst, g), *p.residual(l, src, g))
@@ -324,8 +394,10 @@ func (p *keyPlane) save(b int, buf []byte) []byte {
 	for l := range p.c.Layers {
 		lb := l*p.c.Blocks + b
 		buf = append(buf, p.data[lb*sh.data:(lb+1)*sh.data]...)
-		buf = appendU16s(buf, p.scale[lb*sh.scales:(lb+1)*sh.scales])
-		buf = appendU16s(buf, p.zero[lb*sh.scales:(lb+1)*sh.scales])
+		buf = append(buf, p.scale[lb*sh.scales:(lb+1)*sh.scales]...)
+		if p.zero != nil {
+			buf = append(buf, p.zero[lb*sh.scales:(lb+1)*sh.scales]...)
+		}
 		for _, w := range p.masks(l, b) {
 			buf = binary.LittleEndian.AppendUint64(buf, w)
 		}
@@ -359,6 +431,14 @@ func (p *keyPlane) loadSize(data []byte) (int, error) {
 		if err := m.CheckSaved(p.c, l); err != nil {
 			return 0, err
 		}
+		at := data[n+p.sh.data:]
+		var zp []byte
+		if p.sh.asym {
+			zp = at[p.sh.scales : 2*p.sh.scales]
+		}
+		if err := p.sh.checkCodes(l, at[:p.sh.scales], zp); err != nil {
+			return 0, err
+		}
 		n += fixed
 		for g := range p.sh.groups {
 			if n >= len(data) {
@@ -387,8 +467,10 @@ func (p *keyPlane) load(b int, data []byte) {
 	for l := range p.c.Layers {
 		lb := l*p.c.Blocks + b
 		data = data[copy(p.data[lb*sh.data:(lb+1)*sh.data], data):]
-		data = readU16s(p.scale[lb*sh.scales:(lb+1)*sh.scales], data)
-		data = readU16s(p.zero[lb*sh.scales:(lb+1)*sh.scales], data)
+		data = data[copy(p.scale[lb*sh.scales:(lb+1)*sh.scales], data):]
+		if p.zero != nil {
+			data = data[copy(p.zero[lb*sh.scales:(lb+1)*sh.scales], data):]
+		}
 		m := p.masks(l, b)
 		for w := range m {
 			m[w] = binary.LittleEndian.Uint64(data[8*w:])

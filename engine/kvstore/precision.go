@@ -15,9 +15,9 @@ const (
 	F16                   // IEEE half, round to nearest even (llama.cpp's default cache type)
 	BF16                  // bfloat16, round to nearest even
 	Q8_0                  // llama.cpp's Q8_0: groups of 32 along the token row, f16 scale
-	Int8                  // KIVI-style 8-bit, asymmetric (keys per channel, values per token)
-	Int4                  // KIVI-style 4-bit, asymmetric (keys per channel, values per token)
-	FP8                   // OCP FP8 E4M3FN with an f16 scale per token and KV head
+	Int8                  // KIVI-style 8-bit, symmetric (keys per channel, values per token), 8-bit scales
+	Int4                  // KIVI-style 4-bit, asymmetric (keys per channel, values per token), 8-bit scales and zero points
+	FP8                   // OCP FP8 E4M3FN, scaled as Int8 (keys per channel, values per token)
 	numPrecisions
 )
 
@@ -37,7 +37,12 @@ func (p Precision) valid() bool { return p < numPrecisions }
 
 // keyResidual reports whether keys stored at p are quantized per channel across
 // tokens, and so keep an f16 residual while their group fills.
-func (p Precision) keyResidual() bool { return p == Int8 || p == Int4 }
+func (p Precision) keyResidual() bool { return p == Int8 || p == Int4 || p == FP8 }
+
+// byteResid reports whether keys at p keep only the high byte of each f16
+// residual value in their residual slot, the low byte in the key's own byte
+// of data (8-bit codes: Int8, FP8).
+func (p Precision) byteResid() bool { return p == Int8 || p == FP8 }
 
 // Precisions returns every precision, in the order of their constants, for
 // command-line help and tables.

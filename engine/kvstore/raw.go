@@ -6,12 +6,13 @@ package kvstore
 // own memory: reading them follows Store's rules (no block read while a token
 // of it is written), and writing them is for kernels that reproduce Write
 // exactly. Layer l, block b's share starts at (l*Blocks+b)*DataPerBlock in
-// the data slice and (l*Blocks+b)*ScalesPerBlock in Scale and Zero; the
-// layouts are the package doc's.
+// the data slice and (l*Blocks+b)*ScalesPerBlock in Scale, Scale8 and
+// Zero8; the layouts are the package doc's.
 type Raw struct {
 	Prec Precision
-	// Key is true for Int8/Int4 keys: quantized per channel over key groups
-	// of Group tokens (Groups a block), with f16 residual slots (Resid).
+	// Key is true for Int8/Int4/FP8 keys: quantized per channel over key
+	// groups of Group tokens (Groups a block), with f16 residual slots
+	// (Resid).
 	Key bool
 	// RowBytes is the bytes of one (head, token) row of quantized data.
 	RowBytes int
@@ -22,14 +23,16 @@ type Raw struct {
 	// for each (layer, block).
 	DataPerBlock, ScalesPerBlock int
 
-	F32         []float32 // data of an F32 plane
-	U16         []uint16  // data of an F16 or BF16 plane (bits)
-	Bytes       []byte    // data of a quantized plane
-	Scale, Zero []uint16  // f16 scales and zero points (Zero nil when symmetric)
+	F32    []float32 // data of an F32 plane
+	U16    []uint16  // data of an F16 or BF16 plane (bits)
+	Bytes  []byte    // data of a quantized plane
+	Scale  []uint16  // f16 scales of a Q8_0 plane
+	Scale8 []uint8   // E5M3 scales of an Int8, Int4 or FP8 plane
+	Zero8  []uint8   // E5M2 zero points of an Int4 plane
 
 	// Resid returns the residual slot of layer l, block b, key group g
 	// ([kvHead][tokenInGroup][dim], for Int8 the high bytes of the f16
-	// values, for Int4 whole little-endian f16 values), or nil when the
+	// values, for Int4 whole little-endian f16 values; FP8 as Int8), or nil when the
 	// group is quantized or empty. Nil unless Key.
 	Resid func(l, b, g int) []byte
 }
@@ -49,9 +52,9 @@ func rawOf(p plane, sh shape) Raw {
 	case *halfPlane:
 		r.U16 = p.data
 	case *rowPlane:
-		r.Bytes, r.Scale, r.Zero = p.data, p.scale, p.zero
+		r.Bytes, r.Scale, r.Scale8, r.Zero8 = p.data, p.scale, p.sc8, p.zero
 	case *keyPlane:
-		r.Bytes, r.Scale, r.Zero = p.data, p.scale, p.zero
+		r.Bytes, r.Scale8, r.Zero8 = p.data, p.scale, p.zero
 		r.Resid = func(l, b, g int) []byte { return *p.residual(l, b, g) }
 	}
 	return r

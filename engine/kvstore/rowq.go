@@ -2,25 +2,82 @@ package kvstore
 
 // rowPlane stores values quantized per token: each token's row of
 // KVHeads*HeadDim values (head-major) is cut into groups of sh.group values,
-// each with an f16 scale (and, for Int8/Int4, an f16 zero point, the group's
-// minimum). It serves Q8_0 and FP8 (keys or values) and Int8/Int4 values.
+// each with a scale (and, for Int4, a zero point). It serves Q8_0 (keys or
+// values, f16 scales) and Int8, Int4 and FP8 values (8-bit scales).
 //
 // Per layer and block: data [kvHead][slot][rowBytes] (Int4 packs two values a
-// byte, the even dim in the low nibble), scale and zero [slot][group].
+// byte, the even dim in the low nibble), scale (or sc8) and zero
+// [slot][group].
 type rowPlane struct {
 	c     Config
 	sh    shape
 	data  []byte
-	scale []uint16
-	zero  []uint16 // nil for symmetric precisions
+	scale []uint16 // Q8_0's f16 scales; nil otherwise
+	sc8   []uint8  // E5M3 scales of Int8, Int4, FP8; nil for Q8_0
+	zero  []uint8  // Int4's E5M2 zero points; nil otherwise
 }
 
-// qmax returns the largest code of an asymmetric integer precision.
+// qmax returns the largest code magnitude of an integer precision: 127 for
+// symmetric Int8, 15 for asymmetric Int4, and 448 (E4M3's largest value)
+// for FP8.
 func qmax(p Precision) float32 {
-	if p == Int4 {
+	switch p {
+	case Int4:
 		return 15
+	case FP8:
+		return fp8Max
 	}
-	return 255
+	return 127
+}
+
+// quant8 holds one group's scale (and zero point) codes and the numbers
+// its values are coded with.
+type quant8 struct {
+	sc, zp uint8
+	id, m  float32 // 1/scale (0 for a zero scale) and the zero point's value
+}
+
+// groupScale chooses a group's 8-bit scale (and, for Int4, zero point) for
+// values from mn to mx whose largest magnitude is amax: symmetric Int8 and
+// FP8 take scale amax/qmax rounded up (no value clips); Int4 takes its zero
+// point nearest mn and scale nearest (mx-zero)/15 (its codes clamp).
+func groupScale(p Precision, mn, mx, amax float32) quant8 {
+	var q quant8
+	if p == Int4 {
+		q.zp = zeroNear(mn)
+		q.m = z8f(q.zp)
+		q.sc = scaleNear((mx - q.m) / 15)
+	} else {
+		q.sc = scaleUp(amax / qmax(p))
+	}
+	if s := s8f(q.sc); s != 0 {
+		q.id = 1 / s
+	}
+	return q
+}
+
+// code returns value v's code under q: an int8 bit pattern, a nibble or an
+// E4M3 byte.
+func (q *quant8) code(p Precision, v float32) uint8 {
+	switch p {
+	case Int8:
+		return uint8(roundSym(v*q.id, 127))
+	case Int4:
+		return roundUnsigned((v-q.m)*q.id, 15)
+	}
+	return fp8Encode(v * q.id)
+}
+
+// decode8 returns code c's value under scale s and zero point m, for Int8,
+// Int4 (c a nibble) or FP8.
+func decode8(p Precision, c uint8, s, m float32) float32 {
+	switch p {
+	case Int8:
+		return float32(int8(c)) * s
+	case Int4:
+		return float32(c)*s + m
+	}
+	return fp8Table[c] * s
 }
 
 func (p *rowPlane) write(l, b, t int, x []float32) {
@@ -35,8 +92,7 @@ func (p *rowPlane) write(l, b, t int, x []float32) {
 		xs := x[lo:hi]
 		h, d := lo/D, lo%D
 		off := base + h*stride
-		switch sh.prec {
-		case Q8_0:
+		if sh.prec == Q8_0 {
 			// As ggml's quantize_row_q8_0_ref: d = amax/127, q = round(x/d)
 			// with the unrounded d, halves away from zero.
 			dq := absMax(xs) / 127
@@ -51,43 +107,26 @@ func (p *rowPlane) write(l, b, t int, x []float32) {
 					d, off = 0, off+stride
 				}
 			}
-		case FP8:
-			sc := f16Finite(absMax(xs) / fp8Max)
-			p.scale[si+g] = sc
-			var id float32
-			if s := h2f(sc); s != 0 {
-				id = 1 / s
-			}
-			for _, v := range xs {
-				p.data[off+d] = fp8Encode(v * id)
-				if d++; d == D {
-					d, off = 0, off+stride
-				}
-			}
-		default: // Int8, Int4 asymmetric
-			mn, mx := minMax(xs)
-			qm := qmax(sh.prec)
-			sc, zp := f16Finite((mx-mn)/qm), f16Finite(mn)
-			p.scale[si+g], p.zero[si+g] = sc, zp
-			s, m := h2f(sc), h2f(zp)
-			var id float32
-			if s != 0 {
-				id = 1 / s
-			}
-			if sh.prec == Int8 {
-				for _, v := range xs {
-					p.data[off+d] = byte(roundUnsigned((v-m)*id, qm))
-					if d++; d == D {
-						d, off = 0, off+stride
-					}
-				}
+			continue
+		}
+		var mn, mx float32
+		if sh.asym {
+			mn, mx = minMax(xs)
+		}
+		q := groupScale(sh.prec, mn, mx, absMax(xs))
+		p.sc8[si+g] = q.sc
+		if sh.asym {
+			p.zero[si+g] = q.zp
+		}
+		for _, v := range xs {
+			c := q.code(sh.prec, v)
+			if sh.prec == Int4 {
+				setNibble(p.data[off:], d, c)
 			} else {
-				for _, v := range xs {
-					setNibble(p.data[off:], d, byte(roundUnsigned((v-m)*id, qm)))
-					if d++; d == D {
-						d, off = 0, off+stride
-					}
-				}
+				p.data[off+d] = c
+			}
+			if d++; d == D {
+				d, off = 0, off+stride
 			}
 		}
 	}
@@ -106,25 +145,25 @@ func (p *rowPlane) read(l, b, n int, dst []float32) {
 			for d0 := 0; d0 < D; {
 				g := (h*D + d0) / G
 				d1 := min((g+1)*G-h*D, D)
-				s := h2f(p.scale[si+g])
 				seg := out[d0:d1]
 				switch sh.prec {
 				case Q8_0:
+					s := h2f(p.scale[si+g])
 					for i, q := range src[d0:d1] {
 						seg[i] = float32(int8(q)) * s
 					}
 				case FP8:
-					tab := fp8Table
+					s, tab := s8f(p.sc8[si+g]), fp8Table
 					for i, q := range src[d0:d1] {
 						seg[i] = tab[q] * s
 					}
 				case Int8:
-					m := h2f(p.zero[si+g])
+					s := s8f(p.sc8[si+g])
 					for i, q := range src[d0:d1] {
-						seg[i] = float32(q)*s + m
+						seg[i] = float32(int8(q)) * s
 					}
 				default: // Int4
-					m := h2f(p.zero[si+g])
+					s, m := s8f(p.sc8[si+g]), z8f(p.zero[si+g])
 					for i := range seg {
 						seg[i] = float32(getNibble(src, d0+i))*s + m
 					}
@@ -140,7 +179,12 @@ func (p *rowPlane) copyBlock(dst, src int) {
 	for l := range p.c.Layers {
 		ld, ls := l*p.c.Blocks+dst, l*p.c.Blocks+src
 		copy(p.data[ld*sh.data:(ld+1)*sh.data], p.data[ls*sh.data:(ls+1)*sh.data])
-		copy(p.scale[ld*sh.scales:(ld+1)*sh.scales], p.scale[ls*sh.scales:(ls+1)*sh.scales])
+		if p.scale != nil {
+			copy(p.scale[ld*sh.scales:(ld+1)*sh.scales], p.scale[ls*sh.scales:(ls+1)*sh.scales])
+		}
+		if p.sc8 != nil {
+			copy(p.sc8[ld*sh.scales:(ld+1)*sh.scales], p.sc8[ls*sh.scales:(ls+1)*sh.scales])
+		}
 		if p.zero != nil {
 			copy(p.zero[ld*sh.scales:(ld+1)*sh.scales], p.zero[ls*sh.scales:(ls+1)*sh.scales])
 		}
@@ -152,18 +196,36 @@ func (p *rowPlane) save(b int, buf []byte) []byte {
 	for l := range p.c.Layers {
 		lb := l*p.c.Blocks + b
 		buf = append(buf, p.data[lb*sh.data:(lb+1)*sh.data]...)
-		buf = appendU16s(buf, p.scale[lb*sh.scales:(lb+1)*sh.scales])
+		if p.scale != nil {
+			buf = appendU16s(buf, p.scale[lb*sh.scales:(lb+1)*sh.scales])
+		}
+		if p.sc8 != nil {
+			buf = append(buf, p.sc8[lb*sh.scales:(lb+1)*sh.scales]...)
+		}
 		if p.zero != nil {
-			buf = appendU16s(buf, p.zero[lb*sh.scales:(lb+1)*sh.scales])
+			buf = append(buf, p.zero[lb*sh.scales:(lb+1)*sh.scales]...)
 		}
 	}
 	return buf
 }
 
 func (p *rowPlane) loadSize(data []byte) (int, error) {
-	need := p.sh.bytes() * p.c.Layers
+	sh := &p.sh
+	need := sh.bytes() * p.c.Layers
 	if len(data) < need {
 		return 0, errShort(need, len(data))
+	}
+	if sh.scale8 {
+		for l := range p.c.Layers {
+			at := data[l*sh.bytes()+sh.data:]
+			var zp []byte
+			if sh.asym {
+				zp = at[sh.scales : 2*sh.scales]
+			}
+			if err := sh.checkCodes(l, at[:sh.scales], zp); err != nil {
+				return 0, err
+			}
+		}
 	}
 	return need, nil
 }
@@ -173,9 +235,14 @@ func (p *rowPlane) load(b int, data []byte) {
 	for l := range p.c.Layers {
 		lb := l*p.c.Blocks + b
 		data = data[copy(p.data[lb*sh.data:(lb+1)*sh.data], data):]
-		data = readU16s(p.scale[lb*sh.scales:(lb+1)*sh.scales], data)
+		if p.scale != nil {
+			data = readU16s(p.scale[lb*sh.scales:(lb+1)*sh.scales], data)
+		}
+		if p.sc8 != nil {
+			data = data[copy(p.sc8[lb*sh.scales:(lb+1)*sh.scales], data):]
+		}
 		if p.zero != nil {
-			data = readU16s(p.zero[lb*sh.scales:(lb+1)*sh.scales], data)
+			data = data[copy(p.zero[lb*sh.scales:(lb+1)*sh.scales], data):]
 		}
 	}
 }

@@ -59,9 +59,14 @@ func newPlane(c Config, sh shape, s *Store) plane {
 		s.pool = &residualPool{size: slotBytes(c)}
 		return newKeyPlane(c, sh, s.pool)
 	}
-	p := &rowPlane{c: c, sh: sh, data: make([]byte, n*sh.data), scale: make([]uint16, n*sh.scales)}
+	p := &rowPlane{c: c, sh: sh, data: make([]byte, n*sh.data)}
+	if sh.scale8 {
+		p.sc8 = make([]uint8, n*sh.scales)
+	} else {
+		p.scale = make([]uint16, n*sh.scales)
+	}
 	if sh.asym {
-		p.zero = make([]uint16, n*sh.scales)
+		p.zero = make([]uint8, n*sh.scales)
 	}
 	return p
 }
@@ -149,7 +154,7 @@ func (s *Store) Residuals() (inUse, allocated int) {
 }
 
 // saveMagic starts every saved block.
-const saveMagic = "KVB1"
+const saveMagic = "KVB2"
 
 // headerLen is the saved header's length: magic, then eight uint32s.
 const headerLen = 4 + 8*4

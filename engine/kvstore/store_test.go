@@ -313,6 +313,10 @@ func TestLoadErrors(t *testing.T) {
 	kp := s.k.(*keyPlane)
 	flagAt := headerLen + kp.layerFixed() // layer 0, group 0's residual flag
 	maskAt := headerLen + kp.sh.bytes()   // layer 0's mask word
+	kScaleAt := headerLen + kp.sh.data    // layer 0's first key scale (int4: per channel)
+	kZeroAt := kScaleAt + kp.sh.scales    // and its zero point
+	vp := s.v.(*rowPlane)
+	vScaleAt := len(good) - c.Layers*vp.sh.bytes() + vp.sh.data // layer 0's first value scale
 	cases := []struct {
 		name  string
 		block int
@@ -336,6 +340,9 @@ func TestLoadErrors(t *testing.T) {
 		{"residual on full group", 2, mutate(func(b []byte) []byte { b[flagAt] = 1; return b }), "residual"},
 		{"bad flag", 2, mutate(func(b []byte) []byte { b[flagAt] = 7; return b }), "flag"},
 		{"mask past block", 2, mutate(func(b []byte) []byte { b[maskAt+3] |= 0x10; return b }), "past the block size"},
+		{"key scale infinite", 2, mutate(func(b []byte) []byte { b[kScaleAt+5] = 0xf8; return b }), "scale code 0xf8"},
+		{"key zero point NaN", 2, mutate(func(b []byte) []byte { b[kZeroAt+2] = 0xff; return b }), "zero point code 0xff"},
+		{"value scale NaN", 2, mutate(func(b []byte) []byte { b[vScaleAt+1] = 0xff; return b }), "scale code 0xff"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -625,6 +632,36 @@ func TestLoadCorrupt(t *testing.T) {
 				if again := s.Save(1, nil); string(again) != string(data) {
 					t.Fatalf("%v: a corrupted block loaded but saves back differently", p)
 				}
+			}
+		}
+	}
+}
+
+// TestLoadKeyBaseScale checks saved symmetric (int8, fp8) keys: a base
+// scale code past E5M3's largest finite one is refused, while the 4-bit
+// multipliers after it may take any value.
+func TestLoadKeyBaseScale(t *testing.T) {
+	for _, p := range []Precision{Int8, FP8} {
+		c := Config{Layers: 1, KVHeads: 2, HeadDim: 6, BlockSize: 4, Blocks: 2, K: p, V: F16}
+		s, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, vals := gen(c, 5, 4)
+		fill(s, 0, keys, vals, 0, 4)
+		saved := s.Save(0, nil)
+		kp := s.k.(*keyPlane)
+		base := headerLen + kp.sh.data + keyScaleBytes(c.HeadDim) // head 1's base
+		for _, tc := range []struct {
+			at   int
+			code byte
+			ok   bool
+		}{{base, 0xf7, true}, {base, 0xf8, false}, {base + 1, 0xff, true}, {base - 1, 0xff, true}} {
+			data := append([]byte(nil), saved...)
+			data[tc.at] = tc.code
+			err := s.Load(1, data)
+			if (err == nil) != tc.ok {
+				t.Errorf("%v: byte %d set to %#x: Load error %v, want ok %v", p, tc.at-headerLen-kp.sh.data, tc.code, err, tc.ok)
 			}
 		}
 	}

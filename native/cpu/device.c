@@ -151,10 +151,12 @@ int kvs_kv_copy_block(const struct kvs_kv_plane *p, int32_t dst, int32_t src) {
 	for (int64_t l = 0; l < p->layers; l++) {
 		int64_t d = l * p->blocks + dst, s = l * p->blocks + src;
 		memcpy((uint8_t *)p->data + d * db, (const uint8_t *)p->data + s * db, (size_t)db);
+		/* f16 scales for q8_0, 8-bit scales and zero points otherwise */
+		int64_t se = p->prec == KVS_KV_Q8_0 ? 2 : 1;
 		if (p->scale && sb > 0)
-			memcpy((uint16_t *)p->scale + d * sb, p->scale + s * sb, (size_t)sb * 2);
+			memcpy((uint8_t *)p->scale + d * sb * se, (const uint8_t *)p->scale + s * sb * se, (size_t)(sb * se));
 		if (p->zero && sb > 0)
-			memcpy((uint16_t *)p->zero + d * sb, p->zero + s * sb, (size_t)sb * 2);
+			memcpy((uint8_t *)p->zero + d * sb, (const uint8_t *)p->zero + s * sb, (size_t)sb);
 	}
 	return KVS_OK;
 }

@@ -16,9 +16,34 @@ static inline float kvs_fp8(uint8_t c) {
 	return c & 0x80 ? -v : v;
 }
 
+/* kvs_s8 returns an E5M3 scale code's value (the f16 of its bits << 7);
+ * kvs_z8 an E5M2 zero point's (the f16 of its bits << 8). */
+static inline float kvs_s8(uint8_t c) { return kvs_h2f((uint16_t)(c << 7)); }
+static inline float kvs_z8(uint8_t c) { return kvs_h2f((uint16_t)(c << 8)); }
+
+/* kvs_key_scale returns channel d's scale of symmetric keys (int8, fp8)
+ * whose (kv_head, key group) scale bytes start at sc: the E5M3 base times
+ * (the channel's 4-bit multiplier + 1)/16, exact. */
+static inline float kvs_key_scale(const uint8_t *sc, int d) {
+	return kvs_s8(sc[0]) * (float)(((sc[1 + (d >> 1)] >> ((d & 1) * 4)) & 15) + 1) * (1.0f / 16);
+}
+
+/* kvs_key_scale_index returns the index in scale of layer-block lb, head h,
+ * key group g's scales of a key plane: head_dim E5M3 scales (int4), or
+ * 1 + (head_dim+1)/2 bytes (int8, fp8). */
+static inline int64_t kvs_key_scale_index(const struct kvs_kv_plane *p, int64_t lb, int h, int g) {
+	int per = p->prec == KVS_KV_INT4 ? p->head_dim : 1 + (p->head_dim + 1) / 2;
+	return lb * p->scales_per_block + (int64_t)(h * p->groups + g) * per;
+}
+
+/* kvs_byte_resid: int8 and fp8 keys keep only the high byte of each f16
+ * residual value in the slot, the low byte in data. */
+static inline int kvs_byte_resid(const struct kvs_kv_plane *p) { return p->prec == KVS_KV_INT8 || p->prec == KVS_KV_FP8; }
+
 /* kvs_decode_row writes head h, slot t of layer-block lb of plane p into
- * out[head_dim]. resid is the token's key group's residual slot (int8/int4
- * keys only; NULL when the group is quantized). */
+ * out[head_dim]. resid is the token's key group's residual slot (int8/int4/
+ * fp8 keys only; NULL when the group is quantized). fp8tab is kvs_fp8's
+ * table, or NULL (then kvs_fp8 is called). */
 static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int h, int t, const uint8_t *resid,
                                   const float *fp8tab, float *out) {
 	int D = p->head_dim, B = p->block_size;
@@ -44,55 +69,68 @@ static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int 
 	}
 	}
 	const uint8_t *src = (const uint8_t *)p->data + di;
+	const uint8_t *sc8 = (const uint8_t *)p->scale, *z8 = (const uint8_t *)p->zero;
 	if (p->key) {
 		int G = p->group, g = t / G;
 		if (resid) {
 			int64_t ri = (int64_t)(h * G + (t - g * G)) * D;
-			if (p->prec == KVS_KV_INT8)
+			if (kvs_byte_resid(p))
 				for (int d = 0; d < D; d++) out[d] = kvs_h2f((uint16_t)(resid[ri + d] << 8 | src[d]));
 			else
 				for (int d = 0; d < D; d++) out[d] = kvs_h2f(kvs_le16(resid + 2 * (ri + d)));
 			return;
 		}
-		int64_t si = lb * p->scales_per_block + (int64_t)(h * p->groups + g) * D;
-		int d = 0;
+		int64_t si = kvs_key_scale_index(p, lb, h, g);
+		if (p->prec == KVS_KV_INT4) {
+			int d = 0;
 #if defined(__AVX512F__)
-		/* Sixteen channels at a time: the same multiply, then add. */
-		for (; d + 16 <= D; d += 16) {
-			__m512i q;
-			if (p->prec == KVS_KV_INT8) {
-				q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + d)));
-			} else {
+			/* Sixteen channels at a time: the 8-bit codes shifted into f16
+			 * bits and converted exactly, then the same multiply and add. */
+			for (; d + 16 <= D; d += 16) {
 				long long w;
 				memcpy(&w, src + d / 2, 8);
 				__m128i b = _mm_cvtsi64_si128(w);
 				__m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-				q = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+				__m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+				__m256i s16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(sc8 + si + d)));
+				__m256i z16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(z8 + si + d)));
+				__m512 s = _mm512_cvtph_ps(_mm256_slli_epi16(s16, 7)), m = _mm512_cvtph_ps(_mm256_slli_epi16(z16, 8));
+				_mm512_storeu_ps(out + d, _mm512_add_ps(_mm512_mul_ps(q, s), m));
 			}
-			__m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p->scale + si + d)));
-			__m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p->zero + si + d)));
-			_mm512_storeu_ps(out + d, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q), s), m));
+#endif
+			for (; d < D; d++)
+				out[d] = (float)((src[d >> 1] >> ((d & 1) * 4)) & 15) * kvs_s8(sc8[si + d]) + kvs_z8(z8[si + d]);
+			return;
 		}
-#elif defined(__AVX2__)
-		for (; d + 8 <= D; d += 8) {
-			__m256i q;
-			if (p->prec == KVS_KV_INT8) {
-				q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(src + d)));
-			} else {
-				uint32_t w;
-				memcpy(&w, src + d / 2, 4);
-				__m128i b = _mm_cvtsi32_si128((int)w);
+		const uint8_t *sc = sc8 + si;
+		int d = 0;
+#if defined(__AVX512F__)
+		/* Sixteen channels at a time: the same exact scales, then one
+		 * multiply a value. */
+		{
+			__m512 base = _mm512_set1_ps(kvs_s8(sc[0])), sixteenth = _mm512_set1_ps(1.0f / 16);
+			for (; d + 16 <= D; d += 16) {
+				long long w;
+				memcpy(&w, sc + 1 + d / 2, 8);
+				__m128i b = _mm_cvtsi64_si128(w);
 				__m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-				q = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+				__m512 r = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), _mm512_set1_epi32(1)));
+				__m512 s = _mm512_mul_ps(_mm512_mul_ps(base, r), sixteenth);
+				__m512 q;
+				if (p->prec == KVS_KV_INT8) {
+					q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + d))));
+				} else {
+					float tmp[16];
+					for (int i = 0; i < 16; i++) tmp[i] = fp8tab ? fp8tab[src[d + i]] : kvs_fp8(src[d + i]);
+					q = _mm512_loadu_ps(tmp);
+				}
+				_mm512_storeu_ps(out + d, _mm512_mul_ps(q, s));
 			}
-			__m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p->scale + si + d)));
-			__m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p->zero + si + d)));
-			_mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q), s), m));
 		}
 #endif
 		for (; d < D; d++) {
-			int q = p->prec == KVS_KV_INT8 ? src[d] : (src[d >> 1] >> ((d & 1) * 4)) & 15;
-			out[d] = (float)q * kvs_h2f(p->scale[si + d]) + kvs_h2f(p->zero[si + d]);
+			float q = p->prec == KVS_KV_INT8 ? (float)(int8_t)src[d] : fp8tab ? fp8tab[src[d]] : kvs_fp8(src[d]);
+			out[d] = q * kvs_key_scale(sc, d);
 		}
 		return;
 	}
@@ -101,21 +139,24 @@ static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int 
 	for (int d0 = 0; d0 < D;) {
 		int g = (h * D + d0) / G, d1 = (g + 1) * G - h * D;
 		if (d1 > D) d1 = D;
-		float s = kvs_h2f(p->scale[si + g]);
 		switch (p->prec) {
-		case KVS_KV_Q8_0:
+		case KVS_KV_Q8_0: {
+			float s = kvs_h2f(((const uint16_t *)p->scale)[si + g]);
 			for (int d = d0; d < d1; d++) out[d] = (float)(int8_t)src[d] * s;
 			break;
-		case KVS_KV_FP8:
-			for (int d = d0; d < d1; d++) out[d] = fp8tab[src[d]] * s;
+		}
+		case KVS_KV_FP8: {
+			float s = kvs_s8(sc8[si + g]);
+			for (int d = d0; d < d1; d++) out[d] = (fp8tab ? fp8tab[src[d]] : kvs_fp8(src[d])) * s;
 			break;
+		}
 		case KVS_KV_INT8: {
-			float m = kvs_h2f(p->zero[si + g]);
-			for (int d = d0; d < d1; d++) out[d] = (float)src[d] * s + m;
+			float s = kvs_s8(sc8[si + g]);
+			for (int d = d0; d < d1; d++) out[d] = (float)(int8_t)src[d] * s;
 			break;
 		}
 		default: {
-			float m = kvs_h2f(p->zero[si + g]);
+			float s = kvs_s8(sc8[si + g]), m = kvs_z8(z8[si + g]);
 			for (int d = d0; d < d1; d++) out[d] = (float)((src[d >> 1] >> ((d & 1) * 4)) & 15) * s + m;
 		}
 		}

@@ -49,6 +49,54 @@ static uint8_t fp8_encode(float x) {
 	return sign | (uint8_t)code;
 }
 
+/* scale_up returns the smallest E5M3 code (an f16's bits 14..7) whose value
+ * is at least x, saturating at 0xf7 (61440); 0 for x zero, negative or NaN. */
+static uint8_t scale_up(float x) {
+	if (!(x > 0)) return 0;
+	uint16_t f = f16_finite(x);
+	if (kvs_h2f(f) < x) f++;
+	uint32_t c = ((uint32_t)f + 0x7f) >> 7;
+	return (uint8_t)(c > 0xf7 ? 0xf7 : c);
+}
+
+/* scale_near and zero_near return the E5M3 and E5M2 codes nearest x (of
+ * its f16, the dropped bits rounded half up), saturating; int4 takes them
+ * and clamps its codes (engine/kvstore's scaleNear, zeroNear). */
+static uint8_t scale_near(float x) {
+	if (!(x > 0)) return 0;
+	uint32_t c = ((uint32_t)f16_finite(x) + 0x40) >> 7;
+	return (uint8_t)(c > 0xf7 ? 0xf7 : c);
+}
+
+static uint8_t zero_near(float x) {
+	if (x != x) return 0;
+	uint16_t f = f16_finite(x);
+	uint32_t m = ((uint32_t)(f & 0x7fff) + 0x80) >> 8;
+	return (uint8_t)((f >> 8 & 0x80) | (m > 0x7b ? 0x7b : m));
+}
+
+/* qmax8 is engine/kvstore's qmax: int8 127, int4 15, fp8 448. */
+static float qmax8(int prec) { return prec == KVS_KV_INT4 ? 15 : prec == KVS_KV_FP8 ? 448 : 127; }
+
+/* code8 returns value v's code at inverse scale id and zero point m. */
+static uint8_t code8(int prec, float v, float id, float m) {
+	switch (prec) {
+	case KVS_KV_INT8: return (uint8_t)round_sym(v * id, 127);
+	case KVS_KV_INT4: return round_unsigned((v - m) * id, 15);
+	default: return fp8_encode(v * id);
+	}
+}
+
+/* put_code stores code q as dim d of data row drow (int4: a nibble). */
+static void put_code(int prec, uint8_t *drow, int d, uint8_t q) {
+	if (prec == KVS_KV_INT4) {
+		uint8_t sh = (uint8_t)((d & 1) * 4);
+		drow[d >> 1] = (uint8_t)((drow[d >> 1] & ~(0xf << sh)) | q << sh);
+	} else {
+		drow[d] = q;
+	}
+}
+
 /* write_row stores one row x at (layer, block, slot). */
 static void write_row(const struct kvs_kv_plane *p, int32_t layer, int32_t block, int32_t slot, const float *x) {
 	int D = p->head_dim, B = p->block_size, H = p->kv_heads, row = H * D;
@@ -65,7 +113,6 @@ static void write_row(const struct kvs_kv_plane *p, int32_t layer, int32_t block
 		return;
 	}
 	uint8_t *data = (uint8_t *)p->data;
-	uint16_t *scale = (uint16_t *)p->scale, *zero = (uint16_t *)p->zero;
 	int G = p->group;
 	int64_t si = lb * p->scales_per_block + (int64_t)slot * p->groups;
 	int64_t base = lb * p->data_per_block + (int64_t)slot * p->row_bytes, stride = (int64_t)B * p->row_bytes;
@@ -81,33 +128,30 @@ static void write_row(const struct kvs_kv_plane *p, int32_t layer, int32_t block
 			if (xs[i] < mn) mn = xs[i];
 			if (xs[i] > mx) mx = xs[i];
 		}
-		float id = 0, m = 0, qm = p->prec == KVS_KV_INT4 ? 15 : 255;
+		float id = 0, m = 0;
 		if (p->prec == KVS_KV_Q8_0) {
 			float dq = amax / 127;
-			scale[si + g] = f16_finite(dq);
+			((uint16_t *)p->scale)[si + g] = f16_finite(dq);
 			if (dq != 0) id = 1 / dq;
-		} else if (p->prec == KVS_KV_FP8) {
-			uint16_t sc = f16_finite(amax / 448);
-			scale[si + g] = sc;
-			if (kvs_h2f(sc) != 0) id = 1 / kvs_h2f(sc);
-		} else {
-			uint16_t sc = f16_finite((mx - mn) / qm), zp = f16_finite(mn);
-			scale[si + g] = sc, zero[si + g] = zp;
-			m = kvs_h2f(zp);
-			if (kvs_h2f(sc) != 0) id = 1 / kvs_h2f(sc);
+			for (int i = 0; i < n; i++) {
+				data[off + d] = (uint8_t)round_sym(xs[i] * id, 127);
+				if (++d == D) d = 0, off += stride;
+			}
+			continue;
 		}
+		uint8_t sc;
+		if (p->prec == KVS_KV_INT4) {
+			uint8_t zp = zero_near(mn);
+			((uint8_t *)p->zero)[si + g] = zp;
+			m = kvs_z8(zp);
+			sc = scale_near((mx - m) / 15);
+		} else {
+			sc = scale_up(amax / qmax8(p->prec));
+		}
+		((uint8_t *)p->scale)[si + g] = sc;
+		if (kvs_s8(sc) != 0) id = 1 / kvs_s8(sc);
 		for (int i = 0; i < n; i++) {
-			float v = xs[i];
-			switch (p->prec) {
-			case KVS_KV_Q8_0: data[off + d] = (uint8_t)round_sym(v * id, 127); break;
-			case KVS_KV_FP8: data[off + d] = fp8_encode(v * id); break;
-			case KVS_KV_INT8: data[off + d] = round_unsigned((v - m) * id, qm); break;
-			default: {
-				uint8_t q = round_unsigned((v - m) * id, qm), sh = (uint8_t)((d & 1) * 4);
-				uint8_t *c = data + off + (d >> 1);
-				*c = (uint8_t)((*c & ~(0xf << sh)) | q << sh);
-			}
-			}
+			put_code(p->prec, data + off, d, code8(p->prec, xs[i], id, m));
 			if (++d == D) d = 0, off += stride;
 		}
 	}
@@ -120,11 +164,11 @@ static int64_t key_index(const struct kvs_kv_plane *p, int64_t lb, int h, int t)
 }
 
 /* put_resid stores f16 bits f of head h, token tg of its group, dim d in
- * residual slot r (int8: the high byte there, the low byte in the token's
- * data row drow). */
+ * residual slot r (int8, fp8: the high byte there, the low byte in the
+ * token's data row drow). */
 static void put_resid(const struct kvs_kv_plane *p, uint8_t *r, uint8_t *drow, int h, int tg, int d, uint16_t f) {
 	int64_t ri = (int64_t)(h * p->group + tg) * p->head_dim + d;
-	if (p->prec == KVS_KV_INT8) {
+	if (kvs_byte_resid(p)) {
 		r[ri] = (uint8_t)(f >> 8);
 		drow[d] = (uint8_t)f;
 	} else {
@@ -136,7 +180,7 @@ static void put_resid(const struct kvs_kv_plane *p, uint8_t *r, uint8_t *drow, i
 /* get_resid is put_resid's inverse: the f16 value as a float. */
 static float get_resid(const struct kvs_kv_plane *p, const uint8_t *r, const uint8_t *drow, int h, int tg, int d) {
 	int64_t ri = (int64_t)(h * p->group + tg) * p->head_dim + d;
-	if (p->prec == KVS_KV_INT8) return kvs_h2f((uint16_t)(r[ri] << 8 | drow[d]));
+	if (kvs_byte_resid(p)) return kvs_h2f((uint16_t)(r[ri] << 8 | drow[d]));
 	return kvs_h2f((uint16_t)(r[2 * ri] | r[2 * ri + 1] << 8));
 }
 
@@ -193,33 +237,62 @@ int kvs_key_quantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *gro
 	int rc = key_groups(p, n, groups, resid);
 	if (rc != KVS_OK) return rc;
 	int D = p->head_dim, G = p->group;
-	float qm = p->prec == KVS_KV_INT4 ? 15 : 255;
-	uint16_t *scale = (uint16_t *)p->scale, *zero = (uint16_t *)p->zero;
+	float qm = qmax8(p->prec), amax[KVS_MAX_HEAD_DIM];
+	uint8_t *scale = (uint8_t *)p->scale, *zero = (uint8_t *)p->zero;
 	for (int64_t i = 0; i < n; i++) {
 		int64_t lb = groups[i] / p->groups;
 		int g = (int)(groups[i] % p->groups), lo = g * G, gn = p->block_size - lo < G ? p->block_size - lo : G;
 		const uint8_t *r = resid[i];
 		for (int h = 0; h < p->kv_heads; h++) {
-			int64_t si = lb * p->scales_per_block + (int64_t)(h * p->groups + g) * D;
-			for (int d = 0; d < D; d++) {
-				float mn = get_resid(p, r, (uint8_t *)p->data + key_index(p, lb, h, lo), h, 0, d), mx = mn;
-				for (int tg = 1; tg < gn; tg++) {
-					float v = get_resid(p, r, (uint8_t *)p->data + key_index(p, lb, h, lo + tg), h, tg, d);
-					mn = go_min(mn, v), mx = go_max(mx, v);
+			int64_t si = kvs_key_scale_index(p, lb, h, g);
+			uint8_t *row0 = (uint8_t *)p->data + key_index(p, lb, h, lo);
+			int64_t rs = p->row_bytes; /* from one token's data row to the next */
+			if (p->prec != KVS_KV_INT4) {
+				/* One E5M3 base for the head's group, then per channel the
+				 * smallest multiplier r with base*(r+1)/16 >= amax/qmax. */
+				float top = 0;
+				for (int d = 0; d < D; d++) {
+					float a = 0;
+					for (int tg = 0; tg < gn; tg++) {
+						float v = get_resid(p, r, row0 + tg * rs, h, tg, d);
+						if (v < 0) v = -v;
+						if (v > a) a = v;
+					}
+					amax[d] = a;
+					if (a > top) top = a;
 				}
-				uint16_t sc = f16_finite((mx - mn) / qm), zp = f16_finite(mn);
-				scale[si + d] = sc, zero[si + d] = zp;
-				float s = kvs_h2f(sc), m = kvs_h2f(zp), id = s != 0 ? 1 / s : 0;
+				uint8_t *sc = scale + si;
+				sc[0] = scale_up(top / qm);
+				float base = kvs_s8(sc[0]);
+				for (int d = 0; d < D; d++) {
+					float want = amax[d] / qm;
+					int m = 0;
+					while (m < 15 && base * (float)(m + 1) * (1.0f / 16) < want) m++;
+					uint8_t sh = (uint8_t)((d & 1) * 4);
+					sc[1 + (d >> 1)] = (uint8_t)((sc[1 + (d >> 1)] & ~(0xf << sh)) | m << sh);
+				}
+			}
+			for (int d = 0; d < D; d++) {
+				float id = 0, m = 0, s;
+				if (p->prec == KVS_KV_INT4) {
+					float mn = get_resid(p, r, row0, h, 0, d), mx = mn;
+					for (int tg = 1; tg < gn; tg++) {
+						float v = get_resid(p, r, row0 + tg * rs, h, tg, d);
+						mn = go_min(mn, v), mx = go_max(mx, v);
+					}
+					uint8_t zp = zero_near(mn);
+					zero[si + d] = zp;
+					m = kvs_z8(zp);
+					scale[si + d] = scale_near((mx - m) / 15);
+					s = kvs_s8(scale[si + d]);
+				} else {
+					s = kvs_key_scale(scale + si, d);
+				}
+				if (s != 0) id = 1 / s;
 				/* Each token's value is read before its byte is overwritten. */
 				for (int tg = 0; tg < gn; tg++) {
-					uint8_t *drow = (uint8_t *)p->data + key_index(p, lb, h, lo + tg);
-					uint8_t q = round_unsigned((get_resid(p, r, drow, h, tg, d) - m) * id, qm);
-					if (p->prec == KVS_KV_INT8) {
-						drow[d] = q;
-					} else {
-						uint8_t sh = (uint8_t)((d & 1) * 4);
-						drow[d >> 1] = (uint8_t)((drow[d >> 1] & ~(0xf << sh)) | q << sh);
-					}
+					uint8_t *drow = row0 + tg * rs;
+					put_code(p->prec, drow, d, code8(p->prec, get_resid(p, r, drow, h, tg, d), id, m));
 				}
 			}
 		}

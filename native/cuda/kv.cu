@@ -1,7 +1,9 @@
 /* kv.cu: K/V rows in device blocks, in engine/kvstore's layouts (kvscope.h,
  * struct kvs_kv_plane): writes with the store's rounding, reads, block
  * copies, and the quantization of int8/int4 key groups from their f16
- * residual slots (KIVI). The CUDA library stores f16, q8_0, int8 and int4. */
+ * residual slots (KIVI): int8 symmetric and int4 asymmetric with 8-bit
+ * scales (engine/kvstore's doc). The CUDA library stores f16, q8_0, int8
+ * and int4. */
 #include "common.cuh"
 #include "kv.cuh"
 
@@ -26,10 +28,12 @@ int kvs_plane_check(const struct kvs_kv_plane *p) {
 	int64_t row = (int64_t)p->kv_heads * p->head_dim;
 	if (p->key && p->prec != KVS_KV_INT8 && p->prec != KVS_KV_INT4) return KVS_ERR_ARG;
 	if (p->key)
-		return p->group >= 1 && p->groups == (p->block_size + p->group - 1) / p->group && p->scale && p->zero &&
+		return p->group >= 1 && p->groups == (p->block_size + p->group - 1) / p->group && p->scale &&
+		               (p->prec != KVS_KV_INT4 || p->zero) &&
 		               p->row_bytes >= (p->prec == KVS_KV_INT8 ? p->head_dim : (p->head_dim + 1) / 2) &&
 		               p->data_per_block >= (int64_t)p->row_bytes * p->kv_heads * p->block_size &&
-		               p->scales_per_block >= (int64_t)p->kv_heads * p->groups * p->head_dim
+		               p->scales_per_block >= (int64_t)p->kv_heads * p->groups *
+		                                          (p->prec == KVS_KV_INT4 ? p->head_dim : 1 + (p->head_dim + 1) / 2)
 		           ? KVS_OK
 		           : KVS_ERR_ARG;
 	if (p->prec == KVS_KV_F16) return p->data_per_block == row * p->block_size ? KVS_OK : KVS_ERR_ARG;
@@ -37,8 +41,34 @@ int kvs_plane_check(const struct kvs_kv_plane *p) {
 	    p->data_per_block < (int64_t)p->row_bytes * p->kv_heads * p->block_size ||
 	    p->scales_per_block < (int64_t)p->groups * p->block_size)
 		return KVS_ERR_ARG;
-	if ((p->prec == KVS_KV_INT8 || p->prec == KVS_KV_INT4) && !p->zero) return KVS_ERR_ARG;
+	if (p->prec == KVS_KV_INT4 && !p->zero) return KVS_ERR_ARG;
 	return KVS_OK;
+}
+
+/* scale_up returns the smallest E5M3 code (an f16's bits 14..7) whose value
+ * is at least x, saturating at 0xf7; 0 for x zero, negative or NaN (int8).
+ * scale_near and zero_near return the E5M3 and E5M2 (bits 15..8) codes
+ * nearest x's f16, saturating (int4, whose codes clamp): engine/kvstore's
+ * scaleUp, scaleNear, zeroNear. */
+__device__ __forceinline__ uint8_t scale_up(float x) {
+	if (!(x > 0)) return 0;
+	uint16_t f = f16_finite(x);
+	if (h2f(f) < x) f++;
+	uint32_t c = ((uint32_t)f + 0x7f) >> 7;
+	return (uint8_t)(c > 0xf7 ? 0xf7 : c);
+}
+
+__device__ __forceinline__ uint8_t scale_near(float x) {
+	if (!(x > 0)) return 0;
+	uint32_t c = ((uint32_t)f16_finite(x) + 0x40) >> 7;
+	return (uint8_t)(c > 0xf7 ? 0xf7 : c);
+}
+
+__device__ __forceinline__ uint8_t zero_near(float x) {
+	if (x != x) return 0;
+	uint16_t f = f16_finite(x);
+	uint32_t m = ((uint32_t)(f & 0x7fff) + 0x80) >> 8;
+	return (uint8_t)((f >> 8 & 0x80) | (m > 0x7b ? 0x7b : m));
 }
 
 /* round_sym rounds halves away from zero, clamped to ±lim; round_unsigned
@@ -92,9 +122,8 @@ __global__ void write_kernel(struct kvs_kv_plane p, int32_t layer, const int32_t
 		return;
 	}
 	int G = p.group, warp = threadIdx.x / KVS_WARP, lane = threadIdx.x % KVS_WARP, warps = blockDim.x / KVS_WARP;
-	uint16_t *scale = (uint16_t *)p.scale, *zero = (uint16_t *)p.zero;
 	int64_t si = lb * p.scales_per_block + t * p.groups;
-	float qm = p.prec == KVS_KV_INT4 ? 15 : 255;
+	float qm = p.prec == KVS_KV_INT4 ? 15 : 127;
 	for (int g = warp; g < p.groups; g += warps) {
 		int lo = g * G, hi = min(lo + G, row);
 		float amax = 0, mn = x[lo], mx = x[lo];
@@ -104,13 +133,23 @@ __global__ void write_kernel(struct kvs_kv_plane p, int32_t layer, const int32_t
 			float id = 0, m = 0;
 			if (p.prec == KVS_KV_Q8_0) {
 				float dq = amax / 127;
-				scale[si + g] = f16_finite(dq);
+				((uint16_t *)p.scale)[si + g] = f16_finite(dq);
 				if (dq != 0) id = 1 / dq;
 			} else {
-				uint16_t sc = f16_finite((mx - mn) / qm), zp = f16_finite(mn);
-				scale[si + g] = sc, zero[si + g] = zp;
-				m = h2f(zp);
-				if (h2f(sc) != 0) id = 1 / h2f(sc);
+				/* int8: symmetric, scale amax/127 rounded up to E5M3; int4:
+				 * zero point nearest min (E5M2), scale nearest
+				 * (max-zero)/15 (E5M3). */
+				uint8_t sc;
+				if (p.prec == KVS_KV_INT4) {
+					uint8_t zp = zero_near(mn);
+					((uint8_t *)p.zero)[si + g] = zp;
+					m = z8f(zp);
+					sc = scale_near(__fdiv_rn(__fsub_rn(mx, m), qm));
+				} else {
+					sc = scale_up(__fdiv_rn(amax, qm));
+				}
+				((uint8_t *)p.scale)[si + g] = sc;
+				if (s8f(sc) != 0) id = 1 / s8f(sc);
 			}
 			sh[2 * g] = id, sh[2 * g + 1] = m;
 		}
@@ -134,8 +173,7 @@ __global__ void write_kernel(struct kvs_kv_plane p, int32_t layer, const int32_t
 	for (int e = threadIdx.x; e < row; e += blockDim.x) {
 		int g = e / G;
 		float v = x[e];
-		uint8_t q = p.prec == KVS_KV_Q8_0 ? (uint8_t)(int8_t)round_sym(v * sh[2 * g], 127)
-		                                 : (uint8_t)round_unsigned((v - sh[2 * g + 1]) * sh[2 * g], qm);
+		uint8_t q = (uint8_t)(int8_t)round_sym(__fmul_rn(v, sh[2 * g]), 127); /* q8_0, int8 */
 		data[base + (e / D) * stride + e % D] = q;
 	}
 }
@@ -182,7 +220,9 @@ KVS_EXPORT int kvs_kv_copy_block(const struct kvs_kv_plane *p, int32_t dst, int3
 	if (rc != KVS_OK) return rc;
 	if (dst < 0 || dst >= p->blocks || src < 0 || src >= p->blocks) return KVS_ERR_ARG;
 	if (dst == src) return KVS_OK;
-	int64_t db = p->data_per_block * (p->prec == KVS_KV_F16 ? 2 : 1), sb = p->scales_per_block * 2;
+	/* f16 scales for q8_0, 8-bit scales (and int4's zero points) otherwise */
+	int64_t db = p->data_per_block * (p->prec == KVS_KV_F16 ? 2 : 1), sb = p->scales_per_block * (p->prec == KVS_KV_Q8_0 ? 2 : 1),
+	        zb = p->scales_per_block;
 	cudaStream_t st = kvs_stream();
 	/* One strided copy per array: every layer's block at once. */
 	int64_t pitch = (int64_t)p->blocks;
@@ -192,8 +232,8 @@ KVS_EXPORT int kvs_kv_copy_block(const struct kvs_kv_plane *p, int32_t dst, int3
 		err = cudaMemcpy2DAsync((uint8_t *)p->scale + dst * sb, pitch * sb, (const uint8_t *)p->scale + src * sb,
 		                        pitch * sb, sb, p->layers, cudaMemcpyDeviceToDevice, st);
 	if (err == cudaSuccess && p->zero && p->prec != KVS_KV_F16)
-		err = cudaMemcpy2DAsync((uint8_t *)p->zero + dst * sb, pitch * sb, (const uint8_t *)p->zero + src * sb,
-		                        pitch * sb, sb, p->layers, cudaMemcpyDeviceToDevice, st);
+		err = cudaMemcpy2DAsync((uint8_t *)p->zero + dst * zb, pitch * zb, (const uint8_t *)p->zero + src * zb,
+		                        pitch * zb, zb, p->layers, cudaMemcpyDeviceToDevice, st);
 	return err == cudaSuccess ? KVS_OK : kvs_record("K/V block copy", err);
 }
 
@@ -218,50 +258,97 @@ __device__ __forceinline__ float go_max(float a, float b) {
 	return a > b ? a : b;
 }
 
-/* quantize_kernel: one thread block a key group, a thread a channel (int4:
- * a pair of channels, whose nibbles share each byte). */
+/* quantize_kernel: one thread block a key group. Int4: a thread a pair of
+ * channels, whose nibbles share each byte. Int8, head by head: a thread's
+ * pair of channels takes its largest magnitudes into shared memory, thread
+ * 0 the head's base scale, then each thread its pair's multipliers (one
+ * byte) and codes. */
 __global__ void quantize_kernel(struct kvs_kv_plane p, const int64_t *groups, uint8_t *const *resid) {
+	__shared__ float amax[KVS_MAX_HEAD_DIM];
+	__shared__ float base;
 	int64_t gi = groups[blockIdx.x], lb;
 	int g, lo, gn;
 	if (gi < 0 || gi >= (int64_t)p.layers * p.blocks * p.groups) return;
 	key_span(p, gi, &lb, &g, &lo, &gn);
 	const uint8_t *r = resid[blockIdx.x];
 	if (!r) return;
-	int D = p.head_dim, per = p.prec == KVS_KV_INT4 ? 2 : 1, cols = (D + per - 1) / per;
-	float qm = p.prec == KVS_KV_INT4 ? 15 : 255;
-	uint8_t *data = (uint8_t *)p.data;
-	uint16_t *scale = (uint16_t *)p.scale, *zero = (uint16_t *)p.zero;
-	for (int e = threadIdx.x; e < p.kv_heads * cols; e += blockDim.x) {
-		int h = e / cols, c = e % cols;
-		int64_t si = lb * p.scales_per_block + ((int64_t)h * p.groups + g) * D;
-		float sc[2], zp[2], id[2];
-		for (int k = 0; k < per && c * per + k < D; k++) {
-			int d = c * per + k;
-			const uint8_t *drow = data + lb * p.data_per_block + ((int64_t)h * p.block_size + lo) * p.row_bytes;
-			float mn = h2f(resid_bits(p, r, drow, h, 0, d)), mx = mn;
-			for (int tg = 1; tg < gn; tg++) {
-				float v = h2f(resid_bits(p, r, drow + (int64_t)tg * p.row_bytes, h, tg, d));
-				mn = go_min(mn, v), mx = go_max(mx, v);
-			}
-			uint16_t s = f16_finite(__fdiv_rn(__fsub_rn(mx, mn), qm)), z = f16_finite(mn);
-			scale[si + d] = s, zero[si + d] = z;
-			sc[k] = h2f(s), zp[k] = h2f(z), id[k] = sc[k] != 0 ? __frcp_rn(sc[k]) : 0.0f;
-		}
-		for (int tg = 0; tg < gn; tg++) {
-			uint8_t *drow = data + lb * p.data_per_block + ((int64_t)h * p.block_size + lo + tg) * p.row_bytes;
-			if (p.prec == KVS_KV_INT8) {
-				float v = h2f(resid_bits(p, r, drow, h, tg, c));
-				drow[c] = (uint8_t)round_unsigned(__fmul_rn(__fsub_rn(v, zp[0]), id[0]), qm);
-				continue;
-			}
-			uint8_t byte = drow[c];
+	int D = p.head_dim, cols = (D + 1) / 2;
+	uint8_t *data = (uint8_t *)p.data, *scale = (uint8_t *)p.scale, *zero = (uint8_t *)p.zero;
+	if (p.prec == KVS_KV_INT4) {
+		for (int e = threadIdx.x; e < p.kv_heads * cols; e += blockDim.x) {
+			int h = e / cols, c = e % cols;
+			int64_t si = key_scale_index(p, lb, h, g);
+			float zp[2], id[2];
 			for (int k = 0; k < 2 && 2 * c + k < D; k++) {
-				float v = h2f(resid_bits(p, r, drow, h, tg, 2 * c + k));
-				uint8_t q = (uint8_t)round_unsigned(__fmul_rn(__fsub_rn(v, zp[k]), id[k]), qm);
-				byte = (uint8_t)((byte & ~(0xf << (4 * k))) | q << (4 * k));
+				int d = 2 * c + k;
+				const uint8_t *drow = data + lb * p.data_per_block + ((int64_t)h * p.block_size + lo) * p.row_bytes;
+				float mn = h2f(resid_bits(p, r, drow, h, 0, d)), mx = mn;
+				for (int tg = 1; tg < gn; tg++) {
+					float v = h2f(resid_bits(p, r, drow + (int64_t)tg * p.row_bytes, h, tg, d));
+					mn = go_min(mn, v), mx = go_max(mx, v);
+				}
+				uint8_t z = zero_near(mn);
+				zp[k] = z8f(z);
+				uint8_t s = scale_near(__fdiv_rn(__fsub_rn(mx, zp[k]), 15.0f));
+				scale[si + d] = s, zero[si + d] = z;
+				id[k] = s8f(s) != 0 ? __frcp_rn(s8f(s)) : 0.0f;
 			}
-			drow[c] = byte;
+			for (int tg = 0; tg < gn; tg++) {
+				uint8_t *drow = data + lb * p.data_per_block + ((int64_t)h * p.block_size + lo + tg) * p.row_bytes;
+				uint8_t byte = drow[c];
+				for (int k = 0; k < 2 && 2 * c + k < D; k++) {
+					float v = h2f(resid_bits(p, r, drow, h, tg, 2 * c + k));
+					uint8_t q = (uint8_t)round_unsigned(__fmul_rn(__fsub_rn(v, zp[k]), id[k]), 15.0f);
+					byte = (uint8_t)((byte & ~(0xf << (4 * k))) | q << (4 * k));
+				}
+				drow[c] = byte;
+			}
 		}
+		return;
+	}
+	for (int h = 0; h < p.kv_heads; h++) {
+		int64_t si = key_scale_index(p, lb, h, g);
+		const uint8_t *row0 = data + lb * p.data_per_block + ((int64_t)h * p.block_size + lo) * p.row_bytes;
+		for (int d = threadIdx.x; d < D; d += blockDim.x) {
+			float a = 0;
+			for (int tg = 0; tg < gn; tg++) {
+				float v = fabsf(h2f(resid_bits(p, r, row0 + (int64_t)tg * p.row_bytes, h, tg, d)));
+				if (v > a) a = v;
+			}
+			amax[d] = a;
+		}
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			float top = 0;
+			for (int d = 0; d < D; d++)
+				if (amax[d] > top) top = amax[d];
+			scale[si] = scale_up(__fdiv_rn(top, 127.0f));
+			base = s8f(scale[si]);
+		}
+		__syncthreads();
+		for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+			float id[2];
+			uint8_t byte = 0;
+			for (int k = 0; k < 2 && 2 * c + k < D; k++) {
+				float want = __fdiv_rn(amax[2 * c + k], 127.0f);
+				int m = 0;
+				while (m < 15 && __fmul_rn(__fmul_rn(base, (float)(m + 1)), 1.0f / 16) < want) m++;
+				byte |= (uint8_t)(m << (4 * k));
+				float s = __fmul_rn(__fmul_rn(base, (float)(m + 1)), 1.0f / 16);
+				id[k] = s != 0 ? __frcp_rn(s) : 0.0f;
+			}
+			scale[si + 1 + c] = byte;
+			/* Each token's value is read before its byte is overwritten. */
+			for (int tg = 0; tg < gn; tg++) {
+				uint8_t *drow = data + lb * p.data_per_block + ((int64_t)h * p.block_size + lo + tg) * p.row_bytes;
+				for (int k = 0; k < 2 && 2 * c + k < D; k++) {
+					int d = 2 * c + k;
+					float v = h2f(resid_bits(p, r, drow, h, tg, d));
+					drow[d] = (uint8_t)(int8_t)round_sym(__fmul_rn(v, id[k]), 127.0f);
+				}
+			}
+		}
+		__syncthreads();
 	}
 }
 

@@ -9,6 +9,11 @@
 /* kvs_plane_check: see kv.cu. */
 int kvs_plane_check(const struct kvs_kv_plane *p);
 
+/* s8f returns an E5M3 scale code's value (the f16 of its bits << 7), z8f
+ * an E5M2 zero point's (the f16 of its bits << 8). */
+__device__ __forceinline__ float s8f(uint8_t c) { return h2f((uint16_t)(c << 7)); }
+__device__ __forceinline__ float z8f(uint8_t c) { return h2f((uint16_t)(c << 8)); }
+
 /* kv_value returns value d of head h, slot t of layer-block lb. */
 __device__ __forceinline__ float kv_value(const struct kvs_kv_plane &p, int64_t lb, int h, int t, int d) {
 	int D = p.head_dim, B = p.block_size;
@@ -17,12 +22,13 @@ __device__ __forceinline__ float kv_value(const struct kvs_kv_plane &p, int64_t 
 	const uint8_t *src = (const uint8_t *)p.data + lb * p.data_per_block + ((int64_t)h * B + t) * p.row_bytes;
 	int g = (h * D + d) / p.group;
 	int64_t si = lb * p.scales_per_block + (int64_t)t * p.groups + g;
-	float s = h2f(p.scale[si]);
 	switch (p.prec) {
 	/* __fmul_rn, __fadd_rn: no fused multiply-add, for the store's bits */
-	case KVS_KV_Q8_0: return __fmul_rn((float)(int8_t)src[d], s);
-	case KVS_KV_INT8: return __fadd_rn(__fmul_rn((float)src[d], s), h2f(p.zero[si]));
-	default: return __fadd_rn(__fmul_rn((float)((src[d >> 1] >> ((d & 1) * 4)) & 15), s), h2f(p.zero[si]));
+	case KVS_KV_Q8_0: return __fmul_rn((float)(int8_t)src[d], h2f(((const uint16_t *)p.scale)[si]));
+	case KVS_KV_INT8: return __fmul_rn((float)(int8_t)src[d], s8f(((const uint8_t *)p.scale)[si]));
+	default:
+		return __fadd_rn(__fmul_rn((float)((src[d >> 1] >> ((d & 1) * 4)) & 15), s8f(((const uint8_t *)p.scale)[si])),
+		                 z8f(((const uint8_t *)p.zero)[si]));
 	}
 }
 
@@ -36,18 +42,33 @@ __device__ __forceinline__ uint16_t resid_bits(const struct kvs_kv_plane &p, con
 	return (uint16_t)(r[2 * ri] | r[2 * ri + 1] << 8);
 }
 
+/* key_scale_index returns the index in scale of layer-block lb, head h, key
+ * group g's scales: head_dim E5M3 scales (int4), or an E5M3 base and a
+ * 4-bit multiplier a channel, 1 + (head_dim+1)/2 bytes (int8). */
+__device__ __forceinline__ int64_t key_scale_index(const struct kvs_kv_plane &p, int64_t lb, int h, int g) {
+	int per = p.prec == KVS_KV_INT4 ? p.head_dim : 1 + (p.head_dim + 1) / 2;
+	return lb * p.scales_per_block + ((int64_t)h * p.groups + g) * per;
+}
+
+/* key_scale returns channel d's scale of int8 keys whose scale bytes start
+ * at sc: base*(multiplier+1)/16, exact. */
+__device__ __forceinline__ float key_scale(const uint8_t *sc, int d) {
+	return __fmul_rn(__fmul_rn(s8f(sc[0]), (float)(((sc[1 + (d >> 1)] >> ((d & 1) * 4)) & 15) + 1)), 1.0f / 16);
+}
+
 /* key_value is kv_value for any key plane: for int8/int4 keys (p.key) the
  * value per channel, or from resid, the residual slot of the token's key
  * group when it is not yet quantized (NULL when it is). */
 __device__ __forceinline__ float key_value(const struct kvs_kv_plane &p, int64_t lb, int h, int t, int d,
                                            const uint8_t *resid) {
 	if (!p.key) return kv_value(p, lb, h, t, d);
-	int D = p.head_dim, g = t / p.group;
+	int g = t / p.group;
 	const uint8_t *drow = (const uint8_t *)p.data + lb * p.data_per_block + ((int64_t)h * p.block_size + t) * p.row_bytes;
 	if (resid) return h2f(resid_bits(p, resid, drow, h, t - g * p.group, d));
-	int64_t si = lb * p.scales_per_block + ((int64_t)h * p.groups + g) * D + d;
-	int q = p.prec == KVS_KV_INT8 ? drow[d] : (drow[d >> 1] >> ((d & 1) * 4)) & 15;
-	return __fadd_rn(__fmul_rn((float)q, h2f(p.scale[si])), h2f(p.zero[si]));
+	const uint8_t *sc = (const uint8_t *)p.scale + key_scale_index(p, lb, h, g);
+	if (p.prec == KVS_KV_INT8) return __fmul_rn((float)(int8_t)drow[d], key_scale(sc, d));
+	const uint8_t *zp = (const uint8_t *)p.zero + key_scale_index(p, lb, h, g);
+	return __fadd_rn(__fmul_rn((float)((drow[d >> 1] >> ((d & 1) * 4)) & 15), s8f(sc[d])), z8f(zp[d]));
 }
 
 #endif

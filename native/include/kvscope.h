@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /* KVS_ABI_VERSION changes whenever any declaration below changes meaning. */
-#define KVS_ABI_VERSION 7
+#define KVS_ABI_VERSION 8
 
 /* kvs_status: what a function returns. */
 enum kvs_status {
@@ -297,15 +297,22 @@ enum kvs_kv_prec {
  *     IEEE half, bfloat16 bits).
  *   - q8_0, fp8, int8/int4 values ("row" planes): data holds bytes
  *     [lb][kv_head][slot][row_bytes] (int4: two values a byte, even dim in the
- *     low nibble); scale (and zero, for int8/int4) hold f16 bits
+ *     low nibble; int8: signed codes); scale (and zero, for int4) hold
  *     [lb][slot][groups], each group `group` consecutive values of the token's
- *     kv_heads*head_dim row (the last may be shorter).
- *   - int8/int4 keys (key != 0): data as row planes; scale and zero hold f16
- *     bits [lb][kv_head][groups][head_dim], one per channel and key group of
- *     `group` tokens. A key group not yet full lives in an f16 residual slot
+ *     kv_heads*head_dim row (the last may be shorter): for q8_0 f16 bits,
+ *     otherwise one byte each: an E5M3 scale (the f16 of its bits << 7) and,
+ *     for int4, an E5M2 zero point (the f16 of its bits << 8).
+ *   - int8/int4/fp8 keys (key != 0): data as row planes, quantized per channel
+ *     over key groups of `group` tokens. int4: scale and zero hold bytes
+ *     [lb][kv_head][groups][head_dim], an E5M3 scale and E5M2 zero point per
+ *     channel. int8, fp8 (symmetric): scale holds, per [lb][kv_head][groups],
+ *     1 + (head_dim+1)/2 bytes: an E5M3 base b, then a 4-bit multiplier m per
+ *     channel (even dim in the low nibble): the channel's scale is
+ *     b*(m+1)/16. A key group not yet full lives in an f16 residual slot
  *     (see kvs_attention's k_resid).
  * data_per_block and scales_per_block are the elements (bytes for quantized
- * data, values for f32/f16/bf16) of data and of scale per lb.
+ * data, values for f32/f16/bf16) of data and of scale per lb (scale's
+ * elements: f16 for q8_0, bytes otherwise).
  */
 struct kvs_kv_plane {
 	int32_t prec;
@@ -314,8 +321,8 @@ struct kvs_kv_plane {
 	int32_t row_bytes, group, groups;
 	int64_t data_per_block, scales_per_block;
 	const void *data;
-	const uint16_t *scale;
-	const uint16_t *zero;
+	const void *scale;
+	const void *zero;
 };
 
 /* kvs_kv_write stores n tokens' rows, rows[i] holding kv_heads*head_dim
@@ -323,23 +330,27 @@ struct kvs_kv_plane {
  * slot in block), in row order, rounding as engine/kvstore's Write does
  * (bit-identical bytes). data, scale and zero must be writable. A slot out
  * of range returns KVS_ERR_ARG before anything is written.
- * resid: NULL, except for int8/int4 keys (p->key), whose key groups are
+ * resid: NULL, except for int8/int4/fp8 keys (p->key), whose key groups are
  * quantized across tokens: resid[i] is then the residual slot of row i's key
- * group (see kvs_attention's k_resid), where the row goes at f16 (int8: the
+ * group (see kvs_attention's k_resid), where the row goes at f16 (int8, fp8: the
  * high byte of each value there, the low byte in data at the token's row,
  * where its quantized byte goes later). Once every token of a group is
  * written, the caller quantizes it with kvs_key_quantize. */
 KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots,
                          const float *rows, uint8_t *const *resid);
 
-/* kvs_key_quantize quantizes n key groups of an int8/int4 key plane from
- * their residual slots: group i is key group groups[i] % p->groups of
+/* kvs_key_quantize quantizes n key groups of an int8/int4/fp8 key plane
+ * from their residual slots: group i is key group groups[i] % p->groups of
  * layer-block groups[i] / p->groups, its every token written into resid[i]
- * (kvs_kv_write). Per channel (kv_head, dim) over the group's tokens:
- * scale = f16((max-min)/(2^bits-1)), zero = f16(min) (both saturating at
- * ±65504, NaN as 0), q = round((x-zero)/scale) halves up, clamped: the bytes
- * engine/kvstore stores when a group fills. The slots may be reused after
- * the call (on a device: by later calls). Other planes return KVS_ERR_TYPE. */
+ * (kvs_kv_write). Per channel (kv_head, dim) over the group's tokens, as
+ * engine/kvstore stores a group when it fills: int4 zero = the E5M2 code
+ * nearest min, scale = the E5M3 code nearest (max-zero)/15, q =
+ * round((x-zero)/scale) halves up, clamped to 0..15; int8 and fp8 take a base
+ * b = E5M3(amax/qmax) over the head's channels rounded up (qmax 127, 448),
+ * per channel the smallest m in 0..15 with b*(m+1)/16 >= amax_channel/qmax,
+ * then q = round_half_away(x/scale) clamped to ±127 or E4M3(x/scale). The
+ * slots may be reused after the call (on a device: by later calls). Other
+ * planes return KVS_ERR_TYPE. */
 KVS_API int kvs_key_quantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *groups, uint8_t *const *resid);
 
 /* kvs_key_dequantize is kvs_key_quantize's inverse, to write tokens of a
@@ -360,10 +371,10 @@ KVS_API int kvs_key_dequantize(const struct kvs_kv_plane *p, int64_t n, const in
  *     are multiples of heads/kv_heads (whole KV-head groups), so callers
  *     split one row's heads among threads.
  *   n_pos: n counts, each >= 1; table_off: n offsets into tables.
- *   k_resid: for int8/int4 keys, the residual slot of each table entry's key
+ *   k_resid: for int8/int4/fp8 keys, the residual slot of each table entry's key
  *     groups, k_resid[(table_off[r]+j)*k->groups + g], or NULL where the group
  *     is quantized (full); a slot holds [kv_head][token_in_group][head_dim] f16
- *     values (int8: only their high bytes, the low bytes in data; int4: whole,
+ *     values (int8, fp8: only their high bytes, the low bytes in data; int4: whole,
  *     little-endian). NULL for other key precisions.
  *   scratch: kvs_attention_scratch bytes: in the host library, for each of
  *     kvs_threads() threads, (heads/kv_heads)*max(n_pos) floats (at most
@@ -500,7 +511,7 @@ KVS_API int kvs_kv_supported(int32_t prec, int32_t key);
 /* kvs_kv_read decodes the n rows at slots[i] of layer of plane p into
  * rows[i] (kv_heads*head_dim values, head-major): kvs_kv_write's inverse up
  * to its rounding, the values engine/kvstore's ReadK/ReadV give. resid: NULL,
- * except for int8/int4 keys: resid[i] is row i's key group's residual slot,
+ * except for int8/int4/fp8 keys: resid[i] is row i's key group's residual slot,
  * or NULL when the group is quantized. */
 KVS_API int kvs_kv_read(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const int32_t *slots, float *rows,
                         const uint8_t *const *resid);

@@ -95,28 +95,30 @@ func BenchmarkCall(b *testing.B) {
 }
 
 // BenchmarkAttention measures paged attention for a TinyLlama-shaped layer
-// (32 query heads over 4 KV heads of 64) with f16 and q8_0 K/V, block size
-// 16: one row, and eight rows of different sequences, each attending 1024
-// positions. The rate is K/V bytes read per second.
+// (32 query heads over 4 KV heads of 64) at each quantized K/V precision
+// and f16, block size 16: one row attending 1024 and 8192 positions, and
+// eight rows of different sequences attending 1024 each. The rate is K/V
+// bytes read per second.
 func BenchmarkAttention(b *testing.B) {
 	l := loadLib(b)
-	for _, prec := range []kvstore.Precision{kvstore.F16, kvstore.Q8_0} {
-		for _, rows := range []int{1, 8} {
+	for _, prec := range []kvstore.Precision{kvstore.F16, kvstore.Q8_0, kvstore.Int8, kvstore.Int4, kvstore.FP8} {
+		for _, shape := range [][2]int{{1, 1024}, {8, 1024}, {1, 8192}} {
+			rows, n := shape[0], shape[1]
 			c := attnCase{k: prec, v: prec, blockSize: 16, kvHeads: 4, heads: 32, dim: 64}
 			lens := make([]int, rows)
 			for i := range lens {
-				lens[i] = 1024
+				lens[i] = n
 			}
 			s, tables := seqStore(b, rand.New(rand.NewPCG(1, 2)), c, lens)
 			ar := make([]AttnRow, rows)
 			for i := range ar {
-				ar[i] = AttnRow{NPos: 1024, Blocks: tables[i]}
+				ar[i] = AttnRow{NPos: n, Blocks: tables[i]}
 			}
 			q := randVec(rand.New(rand.NewPCG(3, 4)), rows*c.heads*c.dim)
 			out := make([]float32, len(q))
 			kb, vb := kvstore.BitsPerValue(s.Config())
-			b.Run(fmt.Sprintf("%v/rows%d/%s", prec, rows, l.PathName(l.Path())), func(b *testing.B) {
-				b.SetBytes(int64(float64(rows*1024*c.kvHeads*c.dim) * (kb + vb) / 8))
+			b.Run(fmt.Sprintf("%v/rows%d/ctx%d/%s", prec, rows, n, l.PathName(l.Path())), func(b *testing.B) {
+				b.SetBytes(int64(float64(rows*n*c.kvHeads*c.dim) * (kb + vb) / 8))
 				for b.Loop() {
 					if err := l.Attention(s, 0, c.heads, 0.125, q, ar, out); err != nil {
 						b.Fatal(err)

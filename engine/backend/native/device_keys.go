@@ -8,8 +8,8 @@ import (
 	"kvscope/engine/kvstore"
 )
 
-// devKeys keeps, on the host, the state of a device cache's Int8 or Int4
-// keys, which the device stores as engine/kvstore stores them (KIVI):
+// devKeys keeps, on the host, the state of a device cache's Int8, Int4 or
+// FP8 keys, which the device stores as engine/kvstore stores them (KIVI):
 // quantized per channel across a key group of tokens, the group being
 // filled held at f16 in a residual slot until its last token is written.
 // The host sees every write, copy, swap and reset, so it tracks which slots

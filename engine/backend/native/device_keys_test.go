@@ -8,7 +8,7 @@ import (
 	"kvscope/engine/kvstore"
 )
 
-// TestDeviceKeyGroups follows int8 and int4 keys, which a device stores as
+// TestDeviceKeyGroups follows int8, int4 and fp8 keys, which a device stores as
 // the Go store does (per channel across key groups of tokens, the group
 // being filled at f16 in a residual slot), through a sequence's life, on
 // the device and in the Go store side by side:
@@ -39,11 +39,17 @@ func TestDeviceKeyGroups(t *testing.T) {
 		{kvstore.Int4, kvstore.Int4, 9, 4, 0},   // the default group: the block
 		{kvstore.Int8, kvstore.F16, 8, 1, 0},    // block size 1: every token fills its group
 		{kvstore.Int4, kvstore.Q8_0, 8, 256, 0}, // block size 256: groups of 32
+		{kvstore.FP8, kvstore.FP8, 40, 7, 3},    // fp8 keys per channel, groups of 3, 3 and 1
+		{kvstore.Int8, kvstore.Int8, 32, 16, 0}, // parity-llama3's head dim at block size 16
 	} {
 		cfg := kvstore.Config{Layers: 2, KVHeads: 2, HeadDim: tc.headDim, BlockSize: tc.bs, Blocks: 17, K: tc.k, V: tc.v, KeyGroup: tc.kg}
 		name := tc.k.String() + "/" + tc.v.String()
 		const heads = 4
 		B, row := tc.bs, cfg.KVHeads*cfg.HeadDim
+		if d.d.kvSupported(int32(tc.k), 1) != 0 || d.d.kvSupported(int32(tc.v), 0) != 0 {
+			t.Logf("%s: %s does not store these precisions (the CUDA library has no fp8)", name, d.Name())
+			continue
+		}
 		caches := [2]backend.Cache{}
 		for i, be := range []backend.Backend{d, g} {
 			c, err := be.NewCache(cfg)

@@ -112,11 +112,14 @@ func (b *Device) NewCache(c kvstore.Config) (backend.Cache, error) {
 			elem = 2
 		}
 		dc.sizes[i][0] = int64(r.DataPerBlock) * elem
-		if r.Scale != nil {
-			dc.sizes[i][1] = int64(r.ScalesPerBlock) * 2
+		switch {
+		case r.Scale != nil:
+			dc.sizes[i][1] = int64(r.ScalesPerBlock) * 2 // f16
+		case r.Scale8 != nil:
+			dc.sizes[i][1] = int64(r.ScalesPerBlock) // E5M3
 		}
-		if r.Zero != nil {
-			dc.sizes[i][2] = int64(r.ScalesPerBlock) * 2
+		if r.Zero8 != nil {
+			dc.sizes[i][2] = int64(r.ScalesPerBlock) // E5M2
 		}
 		ptrs := []*uintptr{&p.data, &p.scale, &p.zero}
 		for j, size := range dc.sizes[i] {
@@ -187,7 +190,7 @@ func (c *devCache) Copy(dst, src int) {
 }
 
 // saveMagic starts every block a device cache saves.
-const devSaveMagic = "KVD1"
+const devSaveMagic = "KVD2"
 
 func (c *devCache) header() []uint32 {
 	g := c.cfg

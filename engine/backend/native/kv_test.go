@@ -329,7 +329,8 @@ func TestAttentionWindow(t *testing.T) {
 
 // TestWriteKV checks that WriteKV stores the bytes Store.Write stores, for
 // every precision it implements, row by row in order (a slot written twice
-// keeps the later row), and refuses Int8/Int4 keys and bad slots.
+// keeps the later row), and refuses Int8/Int4/FP8 keys (quantized per
+// channel across tokens) and bad slots.
 func TestWriteKV(t *testing.T) {
 	l := loadLib(t)
 	for _, kp := range kvstore.Precisions() {
@@ -352,7 +353,7 @@ func TestWriteKV(t *testing.T) {
 				k, v := randVec(r, len(slots)*row), randVec(r, len(slots)*row)
 				clear(k[row : 2*row]) // an all-zero row: scale 0
 				err = l.WriteKV(a, 1, k, v, slots)
-				if kp == kvstore.Int8 || kp == kvstore.Int4 {
+				if kp == kvstore.Int8 || kp == kvstore.Int4 || kp == kvstore.FP8 {
 					if !errors.Is(err, ErrUnsupported) {
 						t.Fatalf("K %v: got %v, want ErrUnsupported", kp, err)
 					}
