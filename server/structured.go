@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -305,7 +307,7 @@ func (t *toolUse) call(key string) []byte {
 			continue
 		}
 		name, _ := json.Marshal(d.Name)
-		props, req := fmt.Sprintf(`"name":{"type":"string","const":%s},%q:%s`, name, key, d.Parameters), `"name",`+strconvQuote(key)
+		props, req := fmt.Sprintf(`"name":{"type":"string","const":%s},%q:{"$ref":%q}`, name, key, t.defRef(d.Name)), `"name",`+strconvQuote(key)
 		if t.style == styleMistral {
 			props += `,"id":{"type":"string","pattern":"^[a-zA-Z0-9]{9}$"}`
 			req += `,"id"`
@@ -318,10 +320,140 @@ func (t *toolUse) call(key string) []byte {
 	return []byte(`{"anyOf":[` + strings.Join(calls, ",") + `]}`)
 }
 
-func strconvQuote(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
+// defRef is where the parameters of the tool called name stand in a
+// grammar's schema: under the root's $defs (nested in a wrapper, a schema's
+// own references to #/$defs/... would name the wrapper's).
+func (t *toolUse) defRef(name string) string { return "#/$defs/" + pointerToken("tool "+name) }
+
+// responseRef is defRef's place of the response schema.
+const responseRef = "#/$defs/response"
+
+// rooted returns schema (a JSON object's text) with the root $defs that
+// defRef and responseRef name: every tool's parameters and the response
+// schema, each with its own references moved to where it now stands.
+func (t *toolUse) rooted(schema string) ([]byte, error) {
+	var defs []string
+	add := func(ref string, s json.RawMessage) error {
+		moved, err := relocate(s, ref)
+		if err != nil {
+			return err
+		}
+		name := strings.TrimPrefix(ref, "#/$defs/")
+		name = strings.ReplaceAll(strings.ReplaceAll(name, "~1", "/"), "~0", "~")
+		defs = append(defs, fmt.Sprintf("%s:%s", strconvQuote(name), moved))
+		return nil
+	}
+	for _, d := range t.defs {
+		if err := add(t.defRef(d.Name), d.Parameters); err != nil {
+			return nil, fmt.Errorf("the parameters of %s: %w", d.Name, err)
+		}
+	}
+	if t.response != nil {
+		if err := add(responseRef, t.response); err != nil {
+			return nil, fmt.Errorf("the response schema: %w", err)
+		}
+	}
+	rest, ok := strings.CutPrefix(strings.TrimSpace(schema), "{")
+	if !ok {
+		return nil, fmt.Errorf("a grammar's schema %.40q is not an object", schema)
+	}
+	if strings.TrimSpace(rest) != "}" {
+		rest = "," + rest
+	}
+	return []byte(`{"$defs":{` + strings.Join(defs, ",") + `}` + rest), nil
 }
+
+// pointerToken escapes s as one JSON Pointer token (RFC 6901).
+func pointerToken(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// relocate returns schema with each of its local references ($ref values
+// starting with #) rewritten for the schema standing at the JSON Pointer
+// fragment at of another document, the rest written as it was (keys in
+// their order).
+func relocate(schema json.RawMessage, at string) ([]byte, error) {
+	d := json.NewDecoder(bytes.NewReader(schema))
+	d.UseNumber()
+	var out bytes.Buffer
+	type frame struct {
+		object bool
+		n      int  // keys or items written
+		key    bool // an object's next token is a key
+	}
+	var stack []*frame
+	ref := false // the value coming is a $ref's
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			if len(stack) > 0 {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return out.Bytes(), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if dl, ok := tok.(json.Delim); ok && (dl == '}' || dl == ']') {
+			out.WriteByte(byte(dl))
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 && stack[len(stack)-1].object {
+				stack[len(stack)-1].key = true
+			}
+			continue
+		}
+		if top != nil && (top.key || !top.object) {
+			if top.n > 0 {
+				out.WriteByte(',')
+			}
+			top.n++
+		}
+		if top != nil && top.key {
+			k, _ := tok.(string)
+			out.WriteString(jsonString(k))
+			out.WriteByte(':')
+			top.key, ref = false, k == "$ref"
+			continue
+		}
+		switch v := tok.(type) {
+		case json.Delim: // { or [
+			out.WriteByte(byte(v))
+			stack = append(stack, &frame{object: v == '{', key: v == '{'})
+			ref = false
+			continue
+		case string:
+			if ref && strings.HasPrefix(v, "#") {
+				v = at + strings.TrimPrefix(v, "#")
+			}
+			out.WriteString(jsonString(v))
+		case json.Number:
+			out.WriteString(v.String())
+		case bool:
+			out.WriteString(strconv.FormatBool(v))
+		case nil:
+			out.WriteString("null")
+		}
+		ref = false
+		if top != nil && top.object {
+			top.key = true
+		}
+	}
+}
+
+// jsonString is s as a JSON string, with <, > and & as themselves.
+func jsonString(s string) string {
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	e.Encode(s)
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func strconvQuote(s string) string { return jsonString(s) }
 
 // argsKey is the key of a call's arguments in t's format.
 func (t *toolUse) argsKey() string {
@@ -392,22 +524,32 @@ func (t *toolUse) grammar() (*constrain.Grammar, error) {
 		most = maxCalls
 	}
 	one := t.call(t.argsKey())
+	var schemas []string // the JSON parts' schemas, each given the root $defs
+	switch t.style {
+	case styleHermes, styleLlama3:
+		schemas = []string{string(one)}
+	case styleMistral:
+		schemas = []string{fmt.Sprintf(`{"type":"array","items":%s,"minItems":1,"maxItems":%d}`, one, most)}
+	default:
+		if t.parallel {
+			schemas = []string{fmt.Sprintf(`{"type":"object","properties":{"tool_calls":{"type":"array","items":%s,"minItems":1,"maxItems":%d}},"required":["tool_calls"]}`, one, most)}
+		} else {
+			schemas = []string{`{"type":"object","properties":{"tool_call":` + string(one) + `},"required":["tool_call"]}`}
+		}
+	}
+	rooted, err := t.rooted(schemas[0])
+	if err != nil {
+		return nil, err
+	}
 	var calls constrain.Part
 	switch t.style {
 	case styleHermes:
-		calls = constrain.Repeat(constrain.Seq(constrain.Literal("<tool_call>\n"), constrain.JSONOf(one), constrain.Literal("\n</tool_call>")),
+		calls = constrain.Repeat(constrain.Seq(constrain.Literal("<tool_call>\n"), constrain.JSONOf(rooted), constrain.Literal("\n</tool_call>")),
 			constrain.Literal("\n"), 1, most)
-	case styleLlama3:
-		calls = constrain.JSONOf(one)
 	case styleMistral:
-		calls = constrain.Seq(constrain.Literal("[TOOL_CALLS]"),
-			constrain.JSONOf([]byte(fmt.Sprintf(`{"type":"array","items":%s,"minItems":1,"maxItems":%d}`, one, most))))
+		calls = constrain.Seq(constrain.Literal("[TOOL_CALLS]"), constrain.JSONOf(rooted))
 	default:
-		if t.parallel {
-			calls = constrain.JSONOf([]byte(fmt.Sprintf(`{"type":"object","properties":{"tool_calls":{"type":"array","items":%s,"minItems":1,"maxItems":%d}},"required":["tool_calls"]}`, one, most)))
-		} else {
-			calls = constrain.JSONOf([]byte(`{"type":"object","properties":{"tool_call":` + string(one) + `},"required":["tool_call"]}`))
-		}
+		calls = constrain.JSONOf(rooted)
 	}
 	key := fmt.Sprintf("tools\x00%s\x00%d\x00%s\x00%s", t.style, most, t.choice, t.response)
 	for _, d := range t.defs {
@@ -424,11 +566,15 @@ func (t *toolUse) compose(calls constrain.Part) (*constrain.Grammar, error) {
 	var reply constrain.Part
 	switch {
 	case t.style == styleGeneric:
-		resp := json.RawMessage(`{"type":"string"}`)
+		resp := `{"type":"string"}`
 		if t.response != nil {
-			resp = t.response
+			resp = fmt.Sprintf(`{"$ref":%q}`, responseRef)
 		}
-		reply = constrain.JSONOf([]byte(`{"type":"object","properties":{"response":` + string(resp) + `},"required":["response"]}`))
+		rooted, err := t.rooted(`{"type":"object","properties":{"response":` + resp + `},"required":["response"]}`)
+		if err != nil {
+			return nil, err
+		}
+		reply = constrain.JSONOf(rooted)
 	case t.response != nil:
 		reply = constrain.JSONOf(t.response)
 	default:

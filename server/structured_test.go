@@ -544,3 +544,64 @@ func TestGrammarCache(t *testing.T) {
 		t.Errorf("same schema: shared %v; other schema: shared %v", a.constraint == b.constraint, a.constraint == c.constraint)
 	}
 }
+
+// Tools whose parameters refer to their own $defs (as Pydantic and the
+// OpenAI Agents SDK write them), and a response schema that does, are
+// served: nested in the grammar's wrapper, their references are moved to
+// where the parameters stand, and the arguments validate.
+func TestToolParametersWithDefs(t *testing.T) {
+	params := map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"where": map[string]any{"$ref": "#/$defs/place"},
+			"when":  map[string]any{"$ref": "#/$defs/day"},
+		},
+		"required": []any{"where", "when"},
+		"$defs": map[string]any{
+			"place": map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 12}}, "required": []any{"city"}},
+			"day":   map[string]any{"enum": []any{"mon", "tue"}},
+		},
+	}
+	tool := map[string]any{"type": "function", "function": map[string]any{"name": "book/trip", "parameters": params}}
+	ts, _ := newTestServer(t, func(e *engine.Config, c *Config) { e.Context = 2048 })
+	url := ts.URL + "/v1/chat/completions"
+	args := schemaValidator(t, params)
+	for _, parallel := range []bool{false, true} {
+		status, reply := post(t, url, map[string]any{"messages": []any{map[string]any{"role": "user", "content": "Book it."}},
+			"tools": []any{tool, weatherTool}, "tool_choice": "required", "parallel_tool_calls": parallel, "max_tokens": 1000, "temperature": 0})
+		if status != http.StatusOK {
+			t.Fatalf("parallel %v: status %d: %v", parallel, status, reply)
+		}
+		ch := reply["choices"].([]any)[0].(map[string]any)
+		if ch["finish_reason"] != "tool_calls" {
+			t.Fatalf("parallel %v: finish_reason %v: %v", parallel, ch["finish_reason"], ch)
+		}
+		for _, c := range ch["message"].(map[string]any)["tool_calls"].([]any) {
+			fn := c.(map[string]any)["function"].(map[string]any)
+			if fn["name"] == "book/trip" {
+				validates(t, args, fn["arguments"].(string))
+			}
+		}
+	}
+	resp := map[string]any{"type": "object", "properties": map[string]any{"mood": map[string]any{"$ref": "#/$defs/mood"}}, "required": []any{"mood"},
+		"$defs": map[string]any{"mood": map[string]any{"enum": []any{"happy", "sad"}}}}
+	status, reply := post(t, url, map[string]any{"messages": []any{map[string]any{"role": "user", "content": "Hi"}}, "tools": []any{tool}, "tool_choice": "auto",
+		"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "r", "schema": resp}}, "max_tokens": 200, "temperature": 0})
+	if status != http.StatusOK {
+		t.Fatalf("a response schema with $defs beside tools: status %d: %v", status, reply)
+	}
+}
+
+// TestRelocate: only $ref values that start with # move; keys keep their
+// order and other strings stay as written.
+func TestRelocate(t *testing.T) {
+	in := `{"b":{"$ref":"#/$defs/x"},"a":[1,{"$ref":"#"},"#/not/a/ref"],"$ref":"http://x/#y","d":{"description":"<#>"},"$defs":{"x":{"const":null,"e":true}}}`
+	want := `{"b":{"$ref":"#/$defs/tool~1x/$defs/x"},"a":[1,{"$ref":"#/$defs/tool~1x"},"#/not/a/ref"],"$ref":"http://x/#y","d":{"description":"<#>"},"$defs":{"x":{"const":null,"e":true}}}`
+	got, err := relocate(json.RawMessage(in), "#/$defs/tool~1x")
+	if err != nil || string(got) != want {
+		t.Errorf("relocate:\n got %s (%v)\nwant %s", got, err, want)
+	}
+	if _, err := relocate(json.RawMessage(`{"a":`), "#"); err == nil {
+		t.Error("a cut schema was relocated")
+	}
+}
