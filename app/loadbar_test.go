@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"fyne.io/fyne/v2/test"
 
@@ -31,13 +32,17 @@ func TestLoadStrip(t *testing.T) {
 	uithread.Locked(func() {
 		a.load.hook = func(done, total int64) {
 			f := float64(done) / float64(total)
-			// The strip moves its bar on the UI goroutine: wait for it.
-			uithread.WaitFor(t, "the bar to show the load's progress", func() bool { return a.load.bar.Value >= f-0.005 })
-			uithread.Locked(func() {
-				mu.Lock()
-				bars = append(bars, a.load.bar.Value)
-				mu.Unlock()
-			})
+			// The strip moves its bar on the UI goroutine: wait for it
+			// (on the loading goroutine, where t.Fatal must not run).
+			shown := 0.0
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				if uithread.Locked(func() { shown = a.load.bar.Value }); shown >= f-0.005 {
+					break
+				}
+			}
+			mu.Lock()
+			bars = append(bars, shown)
+			mu.Unlock()
 		}
 		a.openAsync(first)
 		if !a.load.root.Visible() || !a.load.loading() {
