@@ -125,6 +125,7 @@ type App struct {
 	tabInspector, tabControls, tabTeaching, tabModel, tabModels *container.TabItem
 	info                                                        *widget.Form
 	status                                                      *widget.Label
+	load                                                        *loadStrip // above the content while a model loads
 	modelBtn                                                    *widget.Button
 	firstRun                                                    fyne.CanvasObject
 	main                                                        fyne.CanvasObject
@@ -197,7 +198,7 @@ func New(fa fyne.App, w fyne.Window, dir string) (*App, error) {
 	a.teach = newTeacher(a)
 	a.build()
 	a.models.start()
-	w.SetContent(a.content)
+	w.SetContent(container.NewBorder(a.load.root, nil, nil, nil, a.content))
 	w.SetMainMenu(a.menu())
 	if len(a.problems) > 0 {
 		msg := strings.Join(a.problems, "\n\n")
@@ -236,6 +237,7 @@ func (a *App) build() {
 	a.main = container.NewBorder(top, nil, nil, nil, split)
 	a.firstRun = a.buildFirstRun()
 	a.content = container.NewStack(a.firstRun)
+	a.load = newLoadStrip()
 }
 
 // Engine returns the engine in use, or nil.
@@ -268,6 +270,7 @@ func (a *App) close() <-chan struct{} {
 		return stopped
 	}
 	a.closed = true
+	a.load.cancelLoad()                // a load in progress stops; use closes what it gives back
 	served := a.controls.serve.close() // the API server: its requests cancelled, then its port closed
 	a.models.close()                   // pauses downloads: their parts stay for the next start
 	a.teach.stopAll()

@@ -4,6 +4,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -51,19 +52,19 @@ type loaded struct {
 // call for), else plain completion. The demo model is plain completion:
 // its template is a plain-text placeholder and its words are random, so
 // the lessons' prompts stay the conversations' text.
-func loadModel(path, be string) (l *loaded, problems []string, err error) {
-	opt := loader.Options{Backend: be, Fallback: true}
+func loadModel(ctx context.Context, path, be string, progress model.Progress) (l *loaded, problems []string, err error) {
+	opt := loader.Options{Backend: be, Fallback: true, Progress: progress}
 	var lm *loader.Model
 	if path == DemoModel {
 		data, err := synth.Generate(synth.Demo, DemoSeed)
 		if err != nil {
 			return nil, nil, fmt.Errorf("cannot make the demo model: %w", err)
 		}
-		if lm, err = loader.FromMemory(data, "the demo model", opt); err != nil {
+		if lm, err = loader.FromMemoryContext(ctx, data, "the demo model", opt); err != nil {
 			return nil, nil, err
 		}
 		lm.Name = synth.Demo.Name
-	} else if lm, err = loader.Open(path, opt); err != nil {
+	} else if lm, err = loader.OpenContext(ctx, path, opt); err != nil {
 		return nil, nil, err
 	}
 	// The loader names the file absolutely, so that saved settings find it

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,7 +21,7 @@ func TestModelInfoNamesTheSlidingWindow(t *testing.T) {
 		}
 		return ""
 	}
-	l, _, err := loadModel(testshared.Path(t, "models/parity/parity-gemma3-F32.gguf"), "go")
+	l, _, err := loadModel(context.Background(), testshared.Path(t, "models/parity/parity-gemma3-F32.gguf"), "go", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +29,7 @@ func TestModelInfoNamesTheSlidingWindow(t *testing.T) {
 	if got, want := row(l), "8 positions on 6 of 7 layers; the cache keeps every block (a block spans all layers)"; got != want {
 		t.Errorf("sliding window row %q, want %q", got, want)
 	}
-	d, _, err := loadModel(DemoModel, "go")
+	d, _, err := loadModel(context.Background(), DemoModel, "go", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestModelInfoNamesTheSlidingWindow(t *testing.T) {
 // demo model as plain completion whatever its file's template.
 func TestLoadModel(t *testing.T) {
 	path := testshared.Path(t, "models/stories260K.gguf")
-	l, problems, err := loadModel(path, "abacus")
+	l, problems, err := loadModel(context.Background(), path, "abacus", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestLoadModel(t *testing.T) {
 	if len(problems) != 1 || !strings.Contains(problems[0], "abacus") {
 		t.Errorf("problems %q, want the unknown backend's", problems)
 	}
-	d, problems, err := loadModel(DemoModel, "go")
+	d, problems, err := loadModel(context.Background(), DemoModel, "go", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestLoadModel(t *testing.T) {
 		t.Errorf("demo: path %q, mode %v, problem %q, problems %q, %d bytes", d.path, d.format.Mode(), d.problem, problems, d.size)
 	}
 	missing := filepath.Join(t.TempDir(), "missing.gguf")
-	if _, _, err := loadModel(missing, "go"); err == nil || !strings.Contains(err.Error(), missing) {
+	if _, _, err := loadModel(context.Background(), missing, "go", nil); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Errorf("a missing file gave %v, want an error naming it", err)
 	}
 }

@@ -5,6 +5,8 @@
 package app
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"kvscope/app/inspector"
 	"kvscope/app/uithread"
 	"kvscope/engine"
+	"kvscope/engine/model"
 	"kvscope/loader"
 )
 
@@ -112,17 +115,34 @@ func (a *App) openAsync(path string) {
 		name = "the demo model"
 	}
 	if a.opening != "" {
-		a.setStatus("Still loading " + a.opening + ": open another model when it is ready.")
+		a.setStatus("Still loading " + a.opening + ": open another model when it is ready, or cancel this load.")
 		return
 	}
 	a.opening = name
 	a.setStatus("Loading " + name + "…")
+	ctx, cancel := context.WithCancel(context.Background())
+	a.load.begin(name, cancel)
+	progress := a.load.progress(name)
 	// Read here: the settings and the slider belong to the UI goroutine.
 	cfg, delay, be := a.cacheConfig(), a.teach.delayValue(), a.settings.Backend
 	go func() {
-		l, e, problems, err := load(path, cfg, delay, be)
+		l, e, problems, err := load(ctx, path, cfg, delay, be, progress)
 		uithread.Do(func() {
 			a.opening = ""
+			a.load.end()
+			if errors.Is(err, context.Canceled) {
+				// load closed what it had opened; the model in use, if
+				// any, was never touched.
+				msg := "Loading " + name + " cancelled."
+				a.mu.Lock()
+				m := a.mdl
+				a.mu.Unlock()
+				if m != nil {
+					msg += " " + m.name + " is still open."
+				}
+				a.setStatus(msg)
+				return
+			}
 			if err != nil {
 				a.setStatus(err.Error())
 				dialog.ShowError(err, a.win)
@@ -139,8 +159,12 @@ func (a *App) openAsync(path string) {
 // touches nothing of the App: what the user should hear about (settings
 // this model cannot take, a backend that does not load) comes back in
 // problems, for use to show.
-func load(path string, cfg engine.Config, delay time.Duration, be string) (l *loaded, e *engine.Engine, problems []string, err error) {
-	l, problems, err = loadModel(path, be)
+//
+// It stops when ctx is done (closing what it opened, with an error that
+// wraps ctx's) and reports the weights' move onto the backend to progress
+// (nil: nowhere).
+func load(ctx context.Context, path string, cfg engine.Config, delay time.Duration, be string, progress model.Progress) (l *loaded, e *engine.Engine, problems []string, err error) {
+	l, problems, err = loadModel(ctx, path, be, progress)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -174,7 +198,7 @@ func (a *App) OpenModel(path string) error {
 		close(got)
 	})
 	<-got
-	l, e, problems, err := load(path, cfg, delay, be)
+	l, e, problems, err := load(context.Background(), path, cfg, delay, be, nil)
 	if err != nil {
 		return err
 	}

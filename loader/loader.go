@@ -6,6 +6,7 @@
 package loader
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -33,6 +34,10 @@ type Options struct {
 	// that a backend named on the command line is the one that runs; the
 	// app falls back, so that a saved choice never keeps a model shut.
 	Fallback bool
+	// Progress, if not nil, hears how the move of the weights onto the
+	// backend goes (the long part of a load: packing them), on the loading
+	// goroutine; see model.Progress.
+	Progress model.Progress
 }
 
 // Model is an open model with what kvscope needs to run it.
@@ -56,7 +61,12 @@ type Model struct {
 }
 
 // Open opens the GGUF file at path on the backend o names.
-func Open(path string, o Options) (*Model, error) {
+func Open(path string, o Options) (*Model, error) { return OpenContext(context.Background(), path, o) }
+
+// OpenContext is Open that stops when ctx is done: then what it had
+// loaded is closed (the file unmapped, the weights moved so far freed) and
+// the error wraps ctx's (errors.Is(err, context.Canceled) after a cancel).
+func OpenContext(ctx context.Context, path string, o Options) (*Model, error) {
 	if path == "" {
 		return nil, errors.New("no model file given")
 	}
@@ -82,7 +92,7 @@ func Open(path string, o Options) (*Model, error) {
 		return nil, named("cannot load model", path, err)
 	}
 	l := &Model{Model: m, Path: path, Size: info.Size(), Name: filepath.Base(path), Problems: problems}
-	if err := l.finish(path, be, note, o); err != nil {
+	if err := l.finish(ctx, path, be, note, o); err != nil {
 		m.Close()
 		return nil, err
 	}
@@ -92,6 +102,12 @@ func Open(path string, o Options) (*Model, error) {
 // FromMemory opens a GGUF file held in data, called name in errors (such
 // as "the demo model"), on the backend o names.
 func FromMemory(data []byte, name string, o Options) (*Model, error) {
+	return FromMemoryContext(context.Background(), data, name, o)
+}
+
+// FromMemoryContext is FromMemory that stops when ctx is done, as
+// OpenContext does.
+func FromMemoryContext(ctx context.Context, data []byte, name string, o Options) (*Model, error) {
 	be, note, problems, err := choose(o)
 	if err != nil {
 		return nil, err
@@ -105,7 +121,7 @@ func FromMemory(data []byte, name string, o Options) (*Model, error) {
 		return nil, fmt.Errorf("cannot load %s: %w", name, err)
 	}
 	l := &Model{Model: m, Size: int64(len(data)), Name: name, Problems: problems}
-	if err := l.finish(name, be, note, o); err != nil {
+	if err := l.finish(ctx, name, be, note, o); err != nil {
 		m.Close()
 		return nil, err
 	}
@@ -137,8 +153,8 @@ func choose(o Options) (be backend.Backend, note string, problems []string, err 
 }
 
 // finish reads the tokenizer, the name and the chat template of the model
-// called what, and moves it onto be.
-func (l *Model) finish(what string, be backend.Backend, note string, o Options) error {
+// called what, and moves it onto be, unless ctx is done first.
+func (l *Model) finish(ctx context.Context, what string, be backend.Backend, note string, o Options) error {
 	m := l.Model
 	tok, err := tokenizer.FromGGUF(m.File)
 	if err != nil {
@@ -154,7 +170,13 @@ func (l *Model) finish(what string, be backend.Backend, note string, o Options) 
 	} else {
 		l.Format = f
 	}
-	if err := m.Use(be); err != nil {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("loading %s stopped: %w", what, err)
+	}
+	if err := m.UseContext(ctx, be, o.Progress); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("loading %s stopped: %w", what, err)
+		}
 		if !o.Fallback {
 			return named("cannot run", what, err)
 		}

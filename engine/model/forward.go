@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -181,10 +182,23 @@ func (m *Model) NewCache(c kvstore.Config) (backend.Cache, error) {
 // for the old backend must not be used again. Use must not run while
 // Forward or ShiftKeys does.
 func (m *Model) Use(be backend.Backend) error {
+	return m.UseContext(context.Background(), be, nil)
+}
+
+// Progress hears how a move onto a backend goes: done of the total bytes
+// of weight matrices are on it. It is called on the goroutine that moves
+// the model, after each matrix, with done rising to total.
+type Progress func(done, total int64)
+
+// UseContext is Use that reports each matrix moved to progress (nil: none)
+// and stops when ctx is done: then the matrices moved so far are freed,
+// the model stays on the backend it had, and the error wraps ctx's
+// (errors.Is(err, context.Canceled) after a cancel).
+func (m *Model) UseContext(ctx context.Context, be backend.Backend, progress Progress) error {
 	if be == nil {
 		be = backend.Go()
 	}
-	w, err := m.bind(be)
+	w, err := m.bind(ctx, be, progress)
 	if err != nil {
 		return fmt.Errorf("cannot move the model to the %s backend: %w", be.Name(), err)
 	}
@@ -274,7 +288,7 @@ func (m *Model) bound() (*boundWeights, error) {
 	m.compute.mu.Lock()
 	defer m.compute.mu.Unlock()
 	if m.compute.w == nil {
-		w, err := m.bind(backend.Go())
+		w, err := m.bind(context.Background(), backend.Go(), nil)
 		if err != nil {
 			return nil, err
 		}
@@ -289,19 +303,42 @@ func (m *Model) rope() backend.Rope {
 	return backend.Rope{HeadDim: c.HeadDim, Dims: c.RopeDim, Base: c.RopeBase, Scale: c.RopeScale, NeoX: c.RopeNeoX, Freqs: m.W.RopeFreqs}
 }
 
-// bind makes handles on be for every weight of the model.
-func (m *Model) bind(be backend.Backend) (*boundWeights, error) {
+// weightBytes is the bytes of every matrix bind moves, in its order.
+func (m *Model) weightBytes() int64 {
+	n := int64(len(m.W.Embed.Data) + len(m.W.Out.Data))
+	for i := range m.W.Layers {
+		l := &m.W.Layers[i]
+		for _, x := range []*Matrix{&l.Q, &l.K, &l.V, &l.O, &l.Gate, &l.Up, &l.Down} {
+			n += int64(len(x.Data))
+		}
+	}
+	return n
+}
+
+// bind makes handles on be for every weight of the model, reporting each
+// matrix to progress (nil: none) and stopping when ctx is done.
+func (m *Model) bind(ctx context.Context, be backend.Backend, progress Progress) (*boundWeights, error) {
 	w := &boundWeights{be: be, layers: make([]boundLayer, len(m.W.Layers)), rope: m.rope()}
 	w.ropeLocal = w.rope
 	w.ropeLocal.Base = m.RopeBaseLocal
 	var err error
+	var done int64
+	total := m.weightBytes()
 	weight := func(name string, x Matrix, bias []float32) backend.Weight {
 		if err != nil {
+			return nil
+		}
+		if e := ctx.Err(); e != nil {
+			err = fmt.Errorf("stopped before weight %s: %w", name, e)
 			return nil
 		}
 		h, e := be.Weight(x.Type, x.Rows, x.Cols, x.Data, bias)
 		if e != nil {
 			err = fmt.Errorf("weight %s: %w", name, e)
+			return h
+		}
+		if done += int64(len(x.Data)); progress != nil {
+			progress(done, total)
 		}
 		return h
 	}

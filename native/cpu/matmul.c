@@ -96,7 +96,7 @@ static int quantize_acts(uint32_t type, const float *x, int64_t cols, int64_t n,
 	return KVS_OK;
 }
 
-/* unpack5 returns a Q5_0/Q5_1 block's 32 five-bit codes. */
+/* unpack5 returns a Q5_1 block's 32 five-bit codes. */
 static inline kvs_u32 unpack5(const uint8_t *qh4, const uint8_t *qs) {
 	uint32_t qh = (uint32_t)qh4[0] | (uint32_t)qh4[1] << 8 | (uint32_t)qh4[2] << 16 | (uint32_t)qh4[3] << 24;
 	kvs_u32 u = unpack_nib(qs);
@@ -115,16 +115,6 @@ static inline kvs_b32 iq4nl(kvs_u32 u) {
 	for (int j = 0; j < 32; j++) c[j] = lut[u[j]];
 	return c;
 #endif
-}
-
-/* scale_min_k4 decodes Q4_K/Q5_K sub-block j's 6-bit scale and min. */
-static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
-	if (j < 4) {
-		*sc = q[j] & 63, *m = q[j + 4] & 63;
-	} else {
-		*sc = (q[j + 4] & 15) | (q[j - 4] >> 6) << 4;
-		*m = (q[j + 4] >> 4) | (q[j] >> 6) << 4;
-	}
 }
 
 /* A tile is up to tr rows by tv vectors; each (row, vector) keeps eight
@@ -147,9 +137,8 @@ static inline __attribute__((always_inline)) void mm32_tile(uint32_t type, const
 			const uint8_t *blk = w + ((r0 + rr) * nb + i) * tsz;
 			float d = kvs_h2f(kvs_le16(blk));
 			switch (type) {
-			case 6:  /* Q5_0: d | qh | qs[16], x = d*(q-16) */
 			case 20: { /* IQ4_NL: d | qs[16], x = d*kvalues[q] */
-				kvs_b32 c = type == 6 ? (kvs_b32)unpack5(blk + 2, blk + 6) - 16 : iq4nl(unpack_nib(blk + 2));
+				kvs_b32 c = iq4nl(unpack_nib(blk + 2));
 				for (int v = 0; v < nv; v++) acc[rr][v] += CVT(lanes_s8s8(c, a[v * nb].q)) * (d * a[v * nb].d);
 				break;
 			}
@@ -168,16 +157,17 @@ static inline __attribute__((always_inline)) void mm32_tile(uint32_t type, const
 		for (int v = 0; v < nv; v++) out[(b0 + v) * rows + r0 + rr] = lane_sum8(acc[rr][v]) + accm[rr][v];
 }
 
-/* mm32 multiplies rows of Q4_1, Q5_0, Q5_1 or IQ4_NL. Per (row, vector), in
- * block order: acc += float(lane sums of codes × activation codes) × (dw·dx)
- * (Q5_0 codes signed: q-16), then for Q4_1 and Q5_1
+/* mm32 multiplies rows of Q4_1, Q5_1 or IQ4_NL (Q5_0 runs packed:
+ * dispatch.c's mm_repacked). Per (row, vector), in block order:
+ * acc += float(lane sums of codes × activation codes) × (dw·dx), then for
+ * Q4_1 and Q5_1
  * accm += (mw·dx)·float(s), s the block's activation code sum. Tiles are
  * 4 rows × 1 vector for one vector (independent sums to overlap), else
  * 2 rows × 4 vectors (weights decoded once for four vectors). */
 static void mm32(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                  const struct act32 *qx, int64_t n, float *out) {
 	int64_t nb = cols / 32;
-	int64_t tsz = type == 20 ? 18 : type == 3 ? 20 : type == 6 ? 22 : 24;
+	int64_t tsz = type == 20 ? 18 : type == 3 ? 20 : 24;
 #define TILE(R, V) mm32_tile(type, w, rows, nb, tsz, r0, b0, qx, out, R, V)
 	/* Chunks of rows small enough to stay in cache while every group of
 	 * vectors passes over them. */
@@ -211,83 +201,44 @@ static void mm32(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, in
 #undef TILE
 }
 
-/* unpack_k decodes one K-quant super-block into 256 unsigned codes, 16
- * scales (one per 16 codes) and, for Q2_K/Q4_K/Q5_K, 16 mins; it returns d
- * and sets *dmin. Q3_K's codes are q+4 and Q6_K's q+32 (the offsets are
- * taken off in mmk). */
+/* unpack_k decodes one Q2_K or Q3_K super-block into 256 unsigned codes,
+ * 16 scales (one per 16 codes) and, for Q2_K, 16 mins; it returns d and
+ * sets *dmin. Q3_K's codes are q+4 (the offset is taken off in mmk).
+ * Q2_K: scales[16] | qs[64] | d | dmin; Q3_K: hmask[32] | qs[64] |
+ * scales[12] | d. Element 128h+32j+l takes bits 2j of qs[32h+l] (and, for
+ * Q3_K, bit 4h+j of hmask[l]); element e is in sub-block e/16. */
 static inline float unpack_k(uint32_t type, const uint8_t *b, uint8_t *u, int16_t *sc, int16_t *mn, float *dmin) {
-	if (type == 10 || type == 11) {
-		/* Q2_K: scales[16] | qs[64] | d | dmin; Q3_K: hmask[32] | qs[64] |
-		 * scales[12] | d. Element 128h+32j+l takes bits 2j of qs[32h+l]
-		 * (and, for Q3_K, bit 4h+j of hmask[l]); element e is in
-		 * sub-block e/16. */
-		const uint8_t *qs = b + (type == 10 ? 16 : 32), *hm = b;
-		for (int h = 0; h < 2; h++)
-			for (int j = 0; j < 4; j++)
-				for (int l = 0; l < 32; l++) {
-					uint8_t q = (qs[32 * h + l] >> (2 * j)) & 3;
-					if (type == 11) q |= (uint8_t)(((hm[l] >> (4 * h + j)) & 1) << 2);
-					u[128 * h + 32 * j + l] = q;
-				}
-		if (type == 10) {
-			for (int g = 0; g < 16; g++) sc[g] = b[g] & 15, mn[g] = b[g] >> 4;
-			*dmin = kvs_h2f(kvs_le16(b + 82));
-			return kvs_h2f(kvs_le16(b + 80));
-		}
-		const uint8_t *q = b + 96;
-		for (int g = 0; g < 16; g++) {
-			int lo = g < 8 ? q[g] & 15 : q[g - 8] >> 4, hi = (q[8 + g % 4] >> (2 * (g / 4))) & 3;
-			sc[g] = (int16_t)((lo | hi << 4) - 32);
-		}
-		*dmin = 0;
-		return kvs_h2f(kvs_le16(b + 108));
-	}
-	if (type == 14) { /* Q6_K: ql[128] | qh[64] | scales[16] | d */
-		for (int h = 0; h < 2; h++) {
-			const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-			uint8_t *o = u + 128 * h;
+	const uint8_t *qs = b + (type == 10 ? 16 : 32), *hm = b;
+	for (int h = 0; h < 2; h++)
+		for (int j = 0; j < 4; j++)
 			for (int l = 0; l < 32; l++) {
-				o[l] = (uint8_t)((ql[l] & 15) | (qh[l] & 3) << 4);
-				o[l + 32] = (uint8_t)((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4);
-				o[l + 64] = (uint8_t)((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
-				o[l + 96] = (uint8_t)((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
+				uint8_t q = (qs[32 * h + l] >> (2 * j)) & 3;
+				if (type == 11) q |= (uint8_t)(((hm[l] >> (4 * h + j)) & 1) << 2);
+				u[128 * h + 32 * j + l] = q;
 			}
-		}
-		for (int g = 0; g < 16; g++) sc[g] = (int8_t)b[192 + g];
-		*dmin = 0;
-		return kvs_h2f(kvs_le16(b + 208));
+	if (type == 10) {
+		for (int g = 0; g < 16; g++) sc[g] = b[g] & 15, mn[g] = b[g] >> 4;
+		*dmin = kvs_h2f(kvs_le16(b + 82));
+		return kvs_h2f(kvs_le16(b + 80));
 	}
-	/* Q4_K: d | dmin | scales[12] | qs[128]; Q5_K adds qh[32] before qs. */
-	const uint8_t *qs = b + (type == 13 ? 48 : 16), *qh = b + 16;
-	for (int g = 0; g < 4; g++)
-		for (int l = 0; l < 32; l++) {
-			uint8_t q = qs[32 * g + l];
-			uint8_t lo = q & 15, hi = q >> 4;
-			if (type == 13) {
-				lo |= ((qh[l] >> (2 * g)) & 1) << 4;
-				hi |= ((qh[l] >> (2 * g + 1)) & 1) << 4;
-			}
-			u[64 * g + l] = lo, u[64 * g + 32 + l] = hi;
-		}
-	for (int j = 0; j < 8; j++) {
-		int s, m;
-		scale_min_k4(j, b + 4, &s, &m);
-		sc[2 * j] = sc[2 * j + 1] = (int16_t)s;
-		mn[2 * j] = mn[2 * j + 1] = (int16_t)m;
+	const uint8_t *q = b + 96;
+	for (int g = 0; g < 16; g++) {
+		int lo = g < 8 ? q[g] & 15 : q[g - 8] >> 4, hi = (q[8 + g % 4] >> (2 * (g / 4))) & 3;
+		sc[g] = (int16_t)((lo | hi << 4) - 32);
 	}
-	*dmin = kvs_h2f(kvs_le16(b + 2));
-	return kvs_h2f(kvs_le16(b));
+	*dmin = 0;
+	return kvs_h2f(kvs_le16(b + 108));
 }
 
-/* mmk multiplies rows of a K-quant type. Per (row, vector), in super-block
- * order: acc += float(lanes_k of codes, activation codes and scales) ×
- * (d·dx), then accm += (d·dx)·float(-32·msum) for Q6_K and
- * (d·dx)·float(-4·msum) for Q3_K (msum: scales × activation sums of 16),
- * or accm -= (dmin·dx)·float(msum) for Q2_K/Q4_K/Q5_K (msum: mins ×
+/* mmk multiplies rows of Q2_K or Q3_K (Q4_K, Q5_K and Q6_K run packed:
+ * dispatch.c's mm_repacked). Per (row, vector), in super-block order:
+ * acc += float(lanes_k of codes, activation codes and scales) × (d·dx),
+ * then accm += (d·dx)·float(-4·msum) for Q3_K (msum: scales × activation
+ * sums of 16), or accm -= (dmin·dx)·float(msum) for Q2_K (msum: mins ×
  * activation sums of 16). */
 static void mmk(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                 const struct act256 *qx, int64_t n, float *out) {
-	int64_t nb = cols / 256, tsz = type == 10 ? 84 : type == 11 ? 110 : type == 12 ? 144 : type == 13 ? 176 : 210;
+	int64_t nb = cols / 256, tsz = type == 10 ? 84 : 110;
 	uint8_t u[256];
 	int16_t sc[16], mn[16] = {0};
 	for (int64_t r = row0; r < row1; r++) {
@@ -302,9 +253,9 @@ static void mmk(uint32_t type, const uint8_t *w, int64_t rows, int64_t cols, int
 					const struct act256 *a = qx + (b0 + v) * nb + i;
 					int32_t msum = 0;
 					acc[v] += CVT(lanes_k(u, a->q, sc)) * (d * a->d);
-					if (type == 14 || type == 11) {
+					if (type == 11) {
 						for (int g = 0; g < 16; g++) msum += sc[g] * a->bsums[g];
-						accm[v] += (d * a->d) * (float)((type == 14 ? -32 : -4) * msum);
+						accm[v] += (d * a->d) * (float)(-4 * msum);
 					} else {
 						for (int g = 0; g < 16; g++) msum += mn[g] * a->bsums[g];
 						accm[v] -= (dmin * a->d) * (float)msum;
@@ -366,10 +317,10 @@ static int matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int6
 	case 2: case 8:
 		mm_exact(type, w, rows, cols, row0, row1, qx, n, out);
 		return KVS_OK;
-	case 3: case 6: case 7: case 20:
+	case 3: case 7: case 20:
 		mm32(type, w, rows, cols, row0, row1, qx, n, out);
 		return KVS_OK;
-	case 10: case 11: case 12: case 13: case 14:
+	case 10: case 11:
 		mmk(type, w, rows, cols, row0, row1, qx, n, out);
 		return KVS_OK;
 	}

@@ -269,16 +269,7 @@ static inline __attribute__((always_inline)) void packed_group(uint32_t type, co
 		const struct act32 *a = qx + v0 * nb;
 		float *ov = o + v0 * rows;
 #define T(NVC) tile(type, codes, ds, nb, a, ov, rows, valid, v0 == 0, NVC)
-		switch (n - v0 < NV ? n - v0 : NV) {
-		case 1: T(1); break;
-		case 2: T(2); break;
-		case 3: T(3); break;
-		case 4: T(4); break;
-		case 5: T(5); break;
-		case 6: T(6); break;
-		case 7: T(7); break;
-		default: T(8);
-		}
+		KVS_TILES(n - v0, T)
 #undef T
 	}
 }
@@ -427,16 +418,7 @@ static inline __attribute__((always_inline)) void packed_group(uint32_t type, co
 			const struct act32 *a = qx + v0 * nb;
 			float *ov = o + v0 * rows;
 #define T(NVC) tile(type, codes + 32 * h, ds + 16 * h, nb, a, ov, rows, valid, v0 == 0 && h == 0, NVC)
-			switch (n - v0 < NV ? n - v0 : NV) {
-			case 1: T(1); break;
-			case 2: T(2); break;
-			case 3: T(3); break;
-			case 4: T(4); break;
-			case 5: T(5); break;
-			case 6: T(6); break;
-			case 7: T(7); break;
-			default: T(8);
-			}
+			KVS_TILES(n - v0, T)
 #undef T
 		}
 	}

@@ -189,16 +189,7 @@ static inline __attribute__((always_inline)) void kgroup(uint32_t t, const uint8
 		const struct act256 *a = qx + v0 * nb;
 		float *o = out + g * PR + v0 * rows;
 #define T(NVC) ktile(t, gp, nb, a, o, rows, valid, v0 == 0, NVC)
-		switch (n - v0 < 8 ? n - v0 : 8) {
-		case 1: T(1); break;
-		case 2: T(2); break;
-		case 3: T(3); break;
-		case 4: T(4); break;
-		case 5: T(5); break;
-		case 6: T(6); break;
-		case 7: T(7); break;
-		default: T(8);
-		}
+		KVS_TILES(n - v0, T)
 #undef T
 	}
 }
@@ -319,16 +310,7 @@ static inline __attribute__((always_inline)) void kgroup(uint32_t t, const uint8
 			const struct act256 *a = qx + v0 * nb;
 			float *o = out + g * PR + 8 * h + v0 * rows;
 #define T(NVC) ktile(t, gp, nb, a, o, rows, h, valid, v0 == 0 && h == 0, NVC)
-			switch (n - v0 < 8 ? n - v0 : 8) {
-			case 1: T(1); break;
-			case 2: T(2); break;
-			case 3: T(3); break;
-			case 4: T(4); break;
-			case 5: T(5); break;
-			case 6: T(6); break;
-			case 7: T(7); break;
-			default: T(8);
-			}
+			KVS_TILES(n - v0, T)
 #undef T
 		}
 	}

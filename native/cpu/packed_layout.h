@@ -29,4 +29,19 @@ static inline int64_t pkk_d(uint32_t t) { return pkk_mins(t) + (t == 14 ? 0 : 12
 static inline int64_t pkk_dmin(uint32_t t) { return pkk_d(t) + 32; }
 static inline int64_t pkk_block_bytes(uint32_t t) { return t == 14 ? 3392 : pkk_dmin(t) + 32; }
 
+/* KVS_TILES runs T(nv) with nv = min(left, 8) as a constant, so that each
+ * kernel's tile is inlined with its vector count known: the packed
+ * kernels' loop over vectors, eight at a time. */
+#define KVS_TILES(left, T)                                                                                             \
+	switch ((left) < 8 ? (left) : 8) {                                                                             \
+	case 1: T(1); break;                                                                                           \
+	case 2: T(2); break;                                                                                           \
+	case 3: T(3); break;                                                                                           \
+	case 4: T(4); break;                                                                                           \
+	case 5: T(5); break;                                                                                           \
+	case 6: T(6); break;                                                                                           \
+	case 7: T(7); break;                                                                                           \
+	default: T(8);                                                                                                 \
+	}
+
 #endif

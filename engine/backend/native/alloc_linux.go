@@ -28,7 +28,12 @@ func allocPacked[T any](size int, owner *T) []byte {
 		return heapAligned(size)
 	}
 	_ = syscall.Madvise(b, 14) // MADV_HUGEPAGE; a kernel without THP refuses, harmlessly
-	runtime.AddCleanup(owner, func(b []byte) { syscall.Munmap(b) }, b)
+	mappedBytes.Add(int64(n))
+	runtime.AddCleanup(owner, func(b []byte) {
+		if syscall.Munmap(b) == nil {
+			mappedBytes.Add(-int64(len(b)))
+		}
+	}, b)
 	return b[:size:size]
 }
 

@@ -109,6 +109,16 @@ type Arena struct {
 	off int
 }
 
+// mappedBytes counts the bytes of allocPacked's mappings not yet unmapped.
+var mappedBytes atomic.Int64
+
+// MappedBytes returns how many bytes of memory mappings the backends hold
+// for packed weights and read probes (on Linux; 0 elsewhere, where they are
+// Go heap). A mapping is unmapped once the collector finds its owner (the
+// packed matrix, or the chunk of an Arena) unreachable: after a model is
+// closed, or a load is stopped, and a collection has run.
+func MappedBytes() int64 { return mappedBytes.Load() }
+
 // arenaChunk is one allocation of an Arena.
 type arenaChunk struct{ b []byte }
 
