@@ -127,10 +127,11 @@ func (u *uiTimer) do(what string, f func()) {
 }
 
 // until keeps the window busy (switching tabs, each switch a UI call)
-// until cond holds, failing after five minutes.
+// until cond holds, failing after 15 minutes (a hang guard: a long
+// prefill step under -race on a busy two-core machine took over five).
 func (u *uiTimer) until(what string, tabs interface{ SelectIndex(int) }, cond func() bool) {
 	u.t.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
+	deadline := time.Now().Add(15 * time.Minute)
 	for i := 0; ; i++ {
 		ok := false
 		u.do("switching tabs while waiting for "+what, func() {
