@@ -90,6 +90,20 @@ func chatMLEngine(t testing.TB, blockSize int) (*engine.Engine, *tokenizer.Token
 	return fileEngine(t, chatMLFile(t), blockSize)
 }
 
+// fileFormat returns f's tokenizer and chat formatter.
+func fileFormat(t testing.TB, f *gguf.File) (*tokenizer.Tokenizer, *chat.Formatter) {
+	t.Helper()
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	form, err := chat.FromGGUF(f, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok, form
+}
+
 // fileEngine starts an engine on the model f with blocks of blockSize
 // tokens, with f's tokenizer and chat formatter; the engine closes when
 // the test ends.
@@ -99,14 +113,7 @@ func fileEngine(t testing.TB, f *gguf.File, blockSize int) (*engine.Engine, *tok
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := tokenizer.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	form, err := chat.FromGGUF(f, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, form := fileFormat(t, f)
 	cfg := engine.DefaultConfig()
 	cfg.Cache.BlockSize = blockSize
 	e, err := engine.New(m, tok, cfg)
@@ -315,14 +322,7 @@ func TestPromptIDsKeepThePrefix(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := controlFile(t, tt.controls, tt.template)
-			tok, err := tokenizer.FromGGUF(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			form, err := chat.FromGGUF(f, tok)
-			if err != nil {
-				t.Fatal(err)
-			}
+			tok, form := fileFormat(t, f)
 			if form.Name() != tt.wantName {
 				t.Fatalf("formatter %q, want %q", form.Name(), tt.wantName)
 			}
@@ -416,14 +416,7 @@ func TestPhi3DropsWhiteSpaceAfterTags(t *testing.T) {
 	shape := chatMLShape
 	shape.Name = "Phi-3 mini test model (random weights)"
 	f := shapeControlFile(t, shape, []string{"<|user|>", "<|assistant|>", "<|end|>"}, phi3Template)
-	tok, err := tokenizer.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	form, err := chat.FromGGUF(f, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, form := fileFormat(t, f)
 	user, end := tok.Encode("<|user|>", false, true), tok.Encode("<|end|>", false, true)
 	if len(user) != 1 || len(end) != 1 {
 		t.Fatalf("<|user|> is %v, <|end|> %v: not single tokens", user, end)
