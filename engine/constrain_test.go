@@ -106,7 +106,13 @@ func TestConstrainedOutput(t *testing.T) {
 			if !g.Match(text) {
 				t.Errorf("%s: finished with %q, which the constraint does not accept", c.name, text)
 			}
+			if fin.Complete == (fin.End != nil) {
+				t.Errorf("%s: ended with Complete %v and End %v: want the grammar's end or an end token, one of them", c.name, fin.Complete, fin.End)
+			}
 		case FinishLength:
+			if fin.Complete {
+				t.Errorf("%s: cut at max tokens, yet Complete", c.name)
+			}
 			if !g.NewMatcher().Advance(text) {
 				t.Errorf("%s: cut at max tokens with %q, not a prefix of valid output", c.name, text)
 			}

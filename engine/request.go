@@ -85,6 +85,10 @@ type Chunk struct {
 	// a stop string, a cancellation or an error ended it. A conversation
 	// keeps it after the reply, as the model generated it.
 	End []int
+	// Complete, when Done, says that the request's Constraint ended the
+	// sample: its grammar allows nothing more, so the text is whole (no
+	// end token follows it, and no stop string cut it).
+	Complete bool
 	// Computed, when Done, counts the token rows the model computed for
 	// this sample (prompt rows not found in the cache, recomputations
 	// after preemption, and one per decoded token).

@@ -60,6 +60,7 @@ type seqState struct {
 	first      time.Time // first generated token
 	done       bool
 	end        []int // the end-of-generation token that ended it
+	complete   bool  // the constraint's grammar ended it: the output is whole
 }
 
 // startSample creates sample i of rs: a new sequence for sample 0, or a fork
@@ -254,6 +255,7 @@ func (e *Engine) sampleNext(s *seqState, logits []float32) {
 	case stopped:
 		e.finish(s, FinishStop, nil)
 	case s.match != nil && s.match.Done():
+		s.complete = true
 		e.finish(s, FinishStop, nil) // nothing can follow: the output is complete
 	case rs.req.MaxTokens > 0 && s.generated >= rs.req.MaxTokens:
 		e.finish(s, FinishLength, nil)
@@ -343,7 +345,7 @@ func (e *Engine) finish(s *seqState, reason FinishReason, err error) {
 		rs.stream.push(Chunk{Sample: s.index, Token: -1, Text: tail})
 	}
 	rs.stream.push(Chunk{Sample: s.index, Token: -1, Done: true, Reason: reason, Err: err,
-		PromptTokens: len(rs.prompt), CachedTokens: rs.cached, Generated: s.generated, Computed: s.computed, End: s.end})
+		PromptTokens: len(rs.prompt), CachedTokens: rs.cached, Generated: s.generated, Computed: s.computed, End: s.end, Complete: s.complete})
 	text := fmt.Sprintf("%s sample %d finished (%s) after %s", rs.name(), s.index, reason, Count(s.generated, "token"))
 	if err != nil {
 		text += ": " + err.Error()

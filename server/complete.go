@@ -240,15 +240,15 @@ func (t *toolUse) message(ch *choiceState, r engine.FinishReason) (map[string]an
 }
 
 // rememberReplies keeps the chat replies that ended on an
-// end-of-generation token or a length limit (a stop string's tokens are
-// not in the text the client gets back), for the requests that continue
-// their conversations.
+// end-of-generation token, a length limit or their constraint's end (a stop
+// string's tokens are not in the text the client gets back), for the
+// requests that continue their conversations.
 func (s *Server) rememberReplies(g *genRequest, choices []choiceState) {
 	if !g.chat {
 		return
 	}
 	for _, ch := range choices {
-		if ch.final.End != nil || ch.final.Reason == engine.FinishLength && ch.final.Err == nil {
+		if ch.final.End != nil || ch.final.Complete || ch.final.Reason == engine.FinishLength && ch.final.Err == nil {
 			s.replies.remember(g.turns, string(ch.text), ch.ids, ch.final.End)
 		}
 	}

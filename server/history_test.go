@@ -25,11 +25,16 @@ func TestChatContinuesTheConversation(t *testing.T) {
 		ec.Cache.BlockSize = block
 	})
 	var msgs []map[string]any
-	history := 0 // the last prompt's tokens and its reply's
+	history := 0   // the last prompt's tokens and its reply's
+	var format any // a response_format, for the JSON turns
 	turn := func(user string) (cached, prompt int, content string) {
 		t.Helper()
 		msgs = append(msgs, map[string]any{"role": "user", "content": user})
-		status, r := post(t, ts.URL+"/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 16, "temperature": 0})
+		body := map[string]any{"messages": msgs, "max_tokens": 16, "temperature": 0}
+		if format != nil {
+			body["response_format"], body["max_tokens"] = format, 40
+		}
+		status, r := post(t, ts.URL+"/v1/chat/completions", body)
 		if status != 200 {
 			t.Fatalf("status %d: %v", status, r)
 		}
@@ -50,6 +55,20 @@ func TestChatContinuesTheConversation(t *testing.T) {
 			t.Errorf("turn %d: cached %d of %d prompt tokens; the history before it is %d: want it within a block of %d", k+2, cached, prompt, before, block)
 		}
 	}
+	// JSON replies end on their grammar's end, not on an end token: they
+	// are remembered too.
+	format = map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "r", "schema": map[string]any{
+		"type": "object", "properties": map[string]any{"happy": map[string]any{"type": "boolean"}}, "required": []any{"happy"}, "additionalProperties": false}}}
+	turn("Are you happy?")
+	for k, u := range []string{"And now?", "And then?"} {
+		before := history
+		cached, prompt, content := turn(u)
+		t.Logf("JSON turn %d: cached %d of %d; history %d; reply %q", k+2, cached, prompt, before, content)
+		if cached < before-block {
+			t.Errorf("JSON turn %d: cached %d of %d prompt tokens; the history before it is %d: want it within a block of %d", k+2, cached, prompt, before, block)
+		}
+	}
+	format = nil
 	// The client edits the last reply: its ids no longer stand for it, so
 	// the cache stops before it.
 	before := history
