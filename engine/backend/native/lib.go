@@ -88,9 +88,9 @@ type Place struct {
 // found by itself), the directory of the executable with symbolic links
 // resolved (a tarball's or the developer's layout), ../lib/kvscope beside
 // that directory (an install under a prefix: PREFIX/bin/kvscope and
-// PREFIX/lib/kvscope), and native/build under the module root found by
-// walking up from the working directory to go.mod, when that is kvscope's
-// own source tree (sourceRoot).
+// PREFIX/lib/kvscope), and native/build in kvscope's own source tree
+// (sourceRoot: the first go.mod above, if it says module kvscope) holding
+// the executable, then in the one holding the working directory.
 func SearchPlaces() []Place {
 	exe := ""
 	if e, err := os.Executable(); err == nil {
@@ -116,7 +116,17 @@ func searchPlaces(env, exe, wd string) []Place {
 		ps = append(ps, Place{bin, "beside the executable"},
 			Place{filepath.Join(filepath.Dir(bin), "lib", "kvscope"), "in the executable's ../lib/kvscope"})
 	}
-	if root, ok := sourceRoot(wd); ok {
+	// A source tree: the one the executable was built in (go build -o
+	// kvscope . at its root; it runs from any folder), then the one the
+	// working directory is in (go test, go run).
+	var exeRoot string
+	if exe != "" {
+		if root, ok := sourceRoot(filepath.Dir(exe)); ok {
+			exeRoot = root
+			ps = append(ps, Place{filepath.Join(root, "native", "build"), "in the executable's source tree's native/build"})
+		}
+	}
+	if root, ok := sourceRoot(wd); ok && root != exeRoot {
 		ps = append(ps, Place{filepath.Join(root, "native", "build"), "in the source tree's native/build"})
 	}
 	return ps

@@ -10,8 +10,8 @@ import (
 // TestSearchPlaces checks the search order on made-up layouts: an explicit
 // $KVSCOPE_NATIVE_DIR, then beside the executable, then the executable's
 // ../lib/kvscope (an install under a prefix), then a source tree's
-// native/build (kvscope's own tree only), each present only where it
-// applies.
+// native/build (kvscope's own tree only: the executable's, then the
+// working directory's), each present only where it applies.
 func TestSearchPlaces(t *testing.T) {
 	root := t.TempDir()
 	tree := filepath.Join(root, "src")
@@ -53,6 +53,12 @@ func TestSearchPlaces(t *testing.T) {
 			{bin, "beside the executable"}, {lib, "in the executable's ../lib/kvscope"}}},
 		{"executable unknown", "/opt/emu", "", tree, []Place{
 			{"/opt/emu", "in $KVSCOPE_NATIVE_DIR"}, {build, "in the source tree's native/build"}}},
+		{"built in a source tree, run from elsewhere", "", filepath.Join(tree, "kvscope"), outside, []Place{
+			{tree, "beside the executable"}, {filepath.Join(root, "lib", "kvscope"), "in the executable's ../lib/kvscope"},
+			{build, "in the executable's source tree's native/build"}}},
+		{"built in a source tree, run in it", "", filepath.Join(tree, "kvscope"), sub, []Place{
+			{tree, "beside the executable"}, {filepath.Join(root, "lib", "kvscope"), "in the executable's ../lib/kvscope"},
+			{build, "in the executable's source tree's native/build"}}},
 		{"nothing known", "", "", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
