@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"testing"
 
 	"kvscope/engine/backend"
@@ -89,7 +90,7 @@ func TestUseContext(t *testing.T) {
 			if tc.name == "native" && native.MappedBytes() <= mapped {
 				t.Error("the packed copy of the first matrix is not mapped")
 			}
-			if got := useLogits(t, m); !sameLogits(got, before) {
+			if got := useLogits(t, m); !slices.Equal(got, before) {
 				t.Error("after the cancelled move the model computes other logits")
 			}
 			// The packed copies of both moves are unreachable now (the
@@ -122,16 +123,4 @@ func useLogits(t *testing.T, m *Model) []float32 {
 		t.Fatal(err)
 	}
 	return out[len(out)-1]
-}
-
-func sameLogits(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
