@@ -427,8 +427,8 @@ var whole = []string{"$ref", "const", "enum", "anyOf", "oneOf", "allOf"}
 // constraining are the keywords the compiler honours. Others are
 // annotations (title, description, default, $defs ...) or refused
 // (unsupported).
-var constraining = []string{"$ref", "const", "enum", "anyOf", "oneOf", "allOf", "type", "properties", "required",
-	"additionalProperties", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format"}
+var constraining = append(slices.Clone(whole), "type", "properties", "required",
+	"additionalProperties", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format")
 
 // alone refuses a schema that puts a constraining keyword beside one of
 // whole's (type beside const or enum excepted: it filters their values),
