@@ -307,7 +307,7 @@ func (t *toolUse) call(key string) []byte {
 			continue
 		}
 		name, _ := json.Marshal(d.Name)
-		props, req := fmt.Sprintf(`"name":{"type":"string","const":%s},%q:{"$ref":%q}`, name, key, t.defRef(d.Name)), `"name",`+strconvQuote(key)
+		props, req := fmt.Sprintf(`"name":{"type":"string","const":%s},%q:{"$ref":%q}`, name, key, defsRef(toolEntry(d.Name))), `"name",`+jsonString(key)
 		if t.style == styleMistral {
 			props += `,"id":{"type":"string","pattern":"^[a-zA-Z0-9]{9}$"}`
 			req += `,"id"`
@@ -320,36 +320,37 @@ func (t *toolUse) call(key string) []byte {
 	return []byte(`{"anyOf":[` + strings.Join(calls, ",") + `]}`)
 }
 
-// defRef is where the parameters of the tool called name stand in a
-// grammar's schema: under the root's $defs (nested in a wrapper, a schema's
-// own references to #/$defs/... would name the wrapper's).
-func (t *toolUse) defRef(name string) string { return "#/$defs/" + pointerToken("tool "+name) }
+// toolEntry and responseDef name the root $defs entries under which a
+// grammar's schema holds each tool's parameters and the response schema
+// (nested in a wrapper, their own references to #/$defs/... would name the
+// wrapper's).
+func toolEntry(name string) string { return "tool " + name }
 
-// responseRef is defRef's place of the response schema.
-const responseRef = "#/$defs/response"
+const responseDef = "response"
+
+// defsRef is the reference to the root $defs entry name.
+func defsRef(name string) string { return "#/$defs/" + pointerToken(name) }
 
 // rooted returns schema (a JSON object's text) with the root $defs that
-// defRef and responseRef name: every tool's parameters and the response
+// toolEntry and responseDef name: every tool's parameters and the response
 // schema, each with its own references moved to where it now stands.
 func (t *toolUse) rooted(schema string) ([]byte, error) {
 	var defs []string
-	add := func(ref string, s json.RawMessage) error {
-		moved, err := relocate(s, ref)
+	add := func(name string, s json.RawMessage) error {
+		moved, err := relocate(s, defsRef(name))
 		if err != nil {
 			return err
 		}
-		name := strings.TrimPrefix(ref, "#/$defs/")
-		name = strings.ReplaceAll(strings.ReplaceAll(name, "~1", "/"), "~0", "~")
-		defs = append(defs, fmt.Sprintf("%s:%s", strconvQuote(name), moved))
+		defs = append(defs, jsonString(name)+":"+string(moved))
 		return nil
 	}
 	for _, d := range t.defs {
-		if err := add(t.defRef(d.Name), d.Parameters); err != nil {
+		if err := add(toolEntry(d.Name), d.Parameters); err != nil {
 			return nil, fmt.Errorf("the parameters of %s: %w", d.Name, err)
 		}
 	}
 	if t.response != nil {
-		if err := add(responseRef, t.response); err != nil {
+		if err := add(responseDef, t.response); err != nil {
 			return nil, fmt.Errorf("the response schema: %w", err)
 		}
 	}
@@ -453,8 +454,6 @@ func jsonString(s string) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-func strconvQuote(s string) string { return jsonString(s) }
-
 // argsKey is the key of a call's arguments in t's format.
 func (t *toolUse) argsKey() string {
 	if t.style == styleLlama3 {
@@ -523,39 +522,39 @@ func (t *toolUse) grammar() (*constrain.Grammar, error) {
 	if t.parallel {
 		most = maxCalls
 	}
-	one := t.call(t.argsKey())
-	var schemas []string // the JSON parts' schemas, each given the root $defs
-	switch t.style {
-	case styleHermes, styleLlama3:
-		schemas = []string{string(one)}
-	case styleMistral:
-		schemas = []string{fmt.Sprintf(`{"type":"array","items":%s,"minItems":1,"maxItems":%d}`, one, most)}
-	default:
-		if t.parallel {
-			schemas = []string{fmt.Sprintf(`{"type":"object","properties":{"tool_calls":{"type":"array","items":%s,"minItems":1,"maxItems":%d}},"required":["tool_calls"]}`, one, most)}
-		} else {
-			schemas = []string{`{"type":"object","properties":{"tool_call":` + string(one) + `},"required":["tool_call"]}`}
-		}
-	}
-	rooted, err := t.rooted(schemas[0])
-	if err != nil {
-		return nil, err
-	}
-	var calls constrain.Part
-	switch t.style {
-	case styleHermes:
-		calls = constrain.Repeat(constrain.Seq(constrain.Literal("<tool_call>\n"), constrain.JSONOf(rooted), constrain.Literal("\n</tool_call>")),
-			constrain.Literal("\n"), 1, most)
-	case styleMistral:
-		calls = constrain.Seq(constrain.Literal("[TOOL_CALLS]"), constrain.JSONOf(rooted))
-	default:
-		calls = constrain.JSONOf(rooted)
-	}
 	key := fmt.Sprintf("tools\x00%s\x00%d\x00%s\x00%s", t.style, most, t.choice, t.response)
 	for _, d := range t.defs {
 		key += "\x00" + d.Name + "\x00" + string(d.Parameters)
 	}
-	return cachedGrammar(key, func() (*constrain.Grammar, error) { return t.compose(calls) })
+	return cachedGrammar(key, func() (*constrain.Grammar, error) {
+		one := t.call(t.argsKey())
+		var schema string // the calls' JSON schema, given the root $defs
+		switch {
+		case t.style == styleHermes || t.style == styleLlama3:
+			schema = string(one)
+		case t.style == styleMistral:
+			schema = fmt.Sprintf(`{"type":"array","items":%s,"minItems":1,"maxItems":%d}`, one, most)
+		case t.parallel:
+			schema = fmt.Sprintf(`{"type":"object","properties":{"tool_calls":{"type":"array","items":%s,"minItems":1,"maxItems":%d}},"required":["tool_calls"]}`, one, most)
+		default:
+			schema = `{"type":"object","properties":{"tool_call":` + string(one) + `},"required":["tool_call"]}`
+		}
+		rooted, err := t.rooted(schema)
+		if err != nil {
+			return nil, err
+		}
+		var calls constrain.Part
+		switch t.style {
+		case styleHermes:
+			calls = constrain.Repeat(constrain.Seq(constrain.Literal("<tool_call>\n"), constrain.JSONOf(rooted), constrain.Literal("\n</tool_call>")),
+				constrain.Literal("\n"), 1, most)
+		case styleMistral:
+			calls = constrain.Seq(constrain.Literal("[TOOL_CALLS]"), constrain.JSONOf(rooted))
+		default:
+			calls = constrain.JSONOf(rooted)
+		}
+		return t.compose(calls)
+	})
 }
 
 // compose is grammar's Grammar of calls (and, for "auto", a reply).
@@ -568,7 +567,7 @@ func (t *toolUse) compose(calls constrain.Part) (*constrain.Grammar, error) {
 	case t.style == styleGeneric:
 		resp := `{"type":"string"}`
 		if t.response != nil {
-			resp = fmt.Sprintf(`{"$ref":%q}`, responseRef)
+			resp = fmt.Sprintf(`{"$ref":%q}`, defsRef(responseDef))
 		}
 		rooted, err := t.rooted(`{"type":"object","properties":{"response":` + resp + `},"required":["response"]}`)
 		if err != nil {
