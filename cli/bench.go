@@ -113,7 +113,7 @@ func precisionTable(out io.Writer, m *model.Model, ids []int) error {
 			kl /= float64(len(ref))
 			sc := m.CacheConfig(bs, 1, p, p)
 			kb, vb := kvstore.BitsPerValue(sc)
-			fmt.Fprintf(tw, "%s\t%d\t%.2g\t%.2f\t%.2f\t%.0f\t%.2f×\t\n", p, bs, kl, kb, vb, kvstore.BytesPerToken(sc), capacityRatio(sc))
+			fmt.Fprintf(tw, "%s\t%d\t%.3g\t%.2f\t%.2f\t%.0f\t%.2f×\t\n", p, bs, kl, kb, vb, kvstore.BytesPerToken(sc), capacityRatio(sc))
 		}
 	}
 	return tw.Flush()

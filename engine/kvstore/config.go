@@ -22,38 +22,45 @@ type Config struct {
 
 	// KeyGroup is the number of consecutive tokens of a block whose keys share
 	// one scale (and, for Int4, zero point) per channel, for Int8, Int4 and
-	// FP8 keys; 0 means min(32, BlockSize). When it does not divide
-	// BlockSize, a block's last key group is shorter. Ignored for other key
-	// precisions.
+	// FP8 keys; 0 means min(16, BlockSize) for Int8 and FP8 keys and
+	// min(32, BlockSize) for Int4. When it does not divide BlockSize, a
+	// block's last key group is shorter. Ignored for other key precisions.
 	KeyGroup int
 
 	// ValueGroup is the number of consecutive values of a token's V row
 	// (KVHeads*HeadDim values, head-major) that share one scale (and, for
-	// Int4, zero point), for Int8, Int4 and FP8 values; 0 means 64. A group
-	// may span heads when HeadDim is smaller (with head dim 32, one group
+	// Int4, zero point), for Int8, Int4 and FP8 values; 0 means 32 for Int8
+	// and FP8 values (as Q8_0's groups) and 64 for Int4. A group may span
+	// heads when HeadDim is smaller (with head dim 16, one group of 32
 	// covers 2 heads; set it to HeadDim for per-head groups). When it does
 	// not divide the row, the last group is shorter. Ignored for other value
 	// precisions.
 	ValueGroup int
 }
 
-// keyGroup returns the effective key group length.
+// keyGroup returns the effective key group length: the default is 16 tokens
+// for Int8 and FP8 keys, whose scales cost a quarter bit a value at 16, and
+// 32 for Int4, whose cost a bit a value at 16.
 func (c Config) keyGroup() int {
 	if c.KeyGroup > 0 {
 		return c.KeyGroup
 	}
-	return min(32, c.BlockSize)
+	if c.K == Int4 {
+		return min(32, c.BlockSize)
+	}
+	return min(16, c.BlockSize)
 }
 
-// defaultValueGroup is ValueGroup's default: 64 values of a token's row
-// share one 8-bit scale, an eighth of a bit a value.
-const defaultValueGroup = 64
-
-// valueGroup returns the effective value group length along the token row.
+// valueGroup returns the effective value group length along the token row:
+// the default is 32 values of a token's row a scale for Int8 and FP8 (a
+// quarter bit a value) and 64 for Int4 (a quarter bit with its zero points).
 func (c Config) valueGroup() int {
 	g := c.ValueGroup
 	if g <= 0 {
-		g = defaultValueGroup
+		g = 32
+		if c.V == Int4 {
+			g = 64
+		}
 	}
 	return min(g, c.KVHeads*c.HeadDim)
 }

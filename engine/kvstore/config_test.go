@@ -95,10 +95,11 @@ func TestBlockBytes(t *testing.T) {
 		{F16, F16, 20480, 0, 16, 16},
 		{BF16, F16, 20480, 0, 16, 16},
 		{Q8_0, Q8_0, 10880, 0, 8.5, 8.5}, // one f16 scale per 32-value row
-		// Keys: per head, a base byte and 8 nibbles (5 bytes) for 256 values
-		// (8 + 40/256 bits); values: one byte for a 32-value row (8.25).
-		{FP8, FP8, 5 * (1024 + 20 + 1024 + 32), 5120, 8.15625, 8.25},
-		{Int8, Int8, 5 * (1024 + 20 + 1024 + 32), 5120, 8.15625, 8.25},
+		// Keys: per head and key group of 16 tokens, a base byte and 8
+		// nibbles (5 bytes) for 128 values (8 + 40/128 bits); values: one
+		// byte for a 32-value row (8.25).
+		{FP8, FP8, 5 * (1024 + 40 + 1024 + 32), 2560, 8.3125, 8.25},
+		{Int8, Int8, 5 * (1024 + 40 + 1024 + 32), 2560, 8.3125, 8.25},
 		// Int4: an 8-bit scale and zero point per channel over 32 tokens,
 		// and per 32-value row: 4.5 bits a value.
 		{Int4, Int4, 5 * (512 + 64 + 512 + 64), 10240, 4.5, 4.5},

@@ -224,7 +224,15 @@ func errBounds(c Config, p Precision, key bool, rows [][]float32) [][]float64 {
 		rowGroups(c.valueGroup(), func(v []float64, _ int) float64 { return asym(v) })
 	default: // Int8, FP8 values: per token, groups along the row, symmetric
 		qm := float64(qmax(p))
-		rowGroups(c.valueGroup(), func(v []float64, i int) float64 { return sym(v[i], e5m3(absMax(v)/qm)) })
+		rowGroups(c.valueGroup(), func(v []float64, i int) float64 {
+			b := sym(v[i], e5m3(absMax(v)/qm))
+			if p == Int8 {
+				// int8Scale may take the code below scaleUp's, at least
+				// amax/127/1.125: a value past 127 of its steps clips to it.
+				b += math.Max(0, math.Abs(v[i])-absMax(v)/1.125)
+			}
+			return b
+		})
 	}
 	return out
 }

@@ -50,10 +50,47 @@ func groupScale(p Precision, mn, mx, amax float32) quant8 {
 	} else {
 		q.sc = scaleUp(amax / qmax(p))
 	}
+	q.setScale()
+	return q
+}
+
+// setScale sets q.id from q.sc.
+func (q *quant8) setScale() {
+	q.id = 0
 	if s := s8f(q.sc); s != 0 {
 		q.id = 1 / s
 	}
+}
+
+// int8Scale chooses an Int8 value group's scale for xs: the code below
+// scaleUp(amax/127) when it codes xs with a smaller squared error (its
+// largest values clamp at ±127), else scaleUp's. Rounding the scale up
+// costs 4% of a step on average; this takes most of it back (on gen-model's
+// "small" preset, a sixth of the values' KL). The errors are summed in the
+// group's order, each operation rounded to float32, as every backend does.
+func int8Scale(xs []float32) quant8 {
+	q := groupScale(Int8, 0, 0, absMax(xs))
+	if q.sc == 0 {
+		return q
+	}
+	down := quant8{sc: q.sc - 1}
+	down.setScale()
+	if down.sse8(xs) < q.sse8(xs) {
+		return down
+	}
 	return q
+}
+
+// sse8 returns the squared error of xs coded as Int8 under q, summed in
+// order.
+func (q *quant8) sse8(xs []float32) float32 {
+	s := s8f(q.sc)
+	var e float32
+	for _, v := range xs {
+		d := float32(float32(roundSym(v*q.id, 127))*s) - v
+		e += float32(d * d)
+	}
+	return e
 }
 
 // code returns value v's code under q: an int8 bit pattern, a nibble or an
@@ -109,11 +146,16 @@ func (p *rowPlane) write(l, b, t int, x []float32) {
 			}
 			continue
 		}
-		var mn, mx float32
-		if sh.asym {
-			mn, mx = minMax(xs)
+		var q quant8
+		switch sh.prec {
+		case Int4:
+			mn, mx := minMax(xs)
+			q = groupScale(Int4, mn, mx, 0)
+		case Int8:
+			q = int8Scale(xs)
+		default:
+			q = groupScale(sh.prec, 0, 0, absMax(xs))
 		}
-		q := groupScale(sh.prec, mn, mx, absMax(xs))
 		p.sc8[si+g] = q.sc
 		if sh.asym {
 			p.zero[si+g] = q.zp

@@ -62,3 +62,50 @@ func TestNearCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestInt8Scale checks int8Scale's choice: scaleUp's code or the one
+// below, the one below exactly when it codes the group with a smaller
+// squared error (brute force here, in float64), and both choices happen.
+func TestInt8Scale(t *testing.T) {
+	// 2^-7 is an E5M3 code and 1.125*2^-7 the next: amax/127 just past 2^-7
+	// takes 1.125*2^-7 from scaleUp.
+	const c = 127.0 / 128
+	cases := []struct {
+		name string
+		xs   []float32
+		down bool
+	}{
+		{"zeros", []float32{0, 0, 0}, false},
+		// The largest value would clip by 11% under the code below.
+		{"outlier far past the code below", []float32{1.12 * c, 0.01, -0.02, 0.015}, false},
+		// The largest value clips by 0.01% under the code below, and the
+		// rest are coded 11% finer.
+		{"amax just past a code", []float32{1.0001 * c, -0.5, 0.31, 0.77, -0.13, 0.61, 0.052, -0.9}, true},
+	}
+	sse := func(xs []float32, code uint8) float64 {
+		s := float64(s8f(code))
+		e := 0.0
+		for _, v := range xs {
+			q := math.Round(float64(v) / s)
+			q = math.Max(-127, math.Min(127, q))
+			e += (q*s - float64(v)) * (q*s - float64(v))
+		}
+		return e
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := groupScale(Int8, 0, 0, absMax(tc.xs)).sc
+			got := int8Scale(tc.xs).sc
+			want := up
+			if tc.down {
+				want = up - 1
+			}
+			if got != want {
+				t.Fatalf("code %#x, want %#x (scaleUp's %#x)", got, want, up)
+			}
+			if up > 0 && (sse(tc.xs, up-1) < sse(tc.xs, up)) != tc.down {
+				t.Errorf("squared errors %g (code below) and %g (scaleUp's) disagree with the case", sse(tc.xs, up-1), sse(tc.xs, up))
+			}
+		})
+	}
+}

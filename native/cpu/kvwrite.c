@@ -87,6 +87,17 @@ static uint8_t code8(int prec, float v, float id, float m) {
 	}
 }
 
+/* sse8 returns the squared error of xs[0..n) coded as int8 at scale code
+ * c, summed in order (engine/kvstore's sse8). */
+static float sse8(const float *xs, int n, uint8_t c) {
+	float s = kvs_s8(c), id = s != 0 ? 1 / s : 0, e = 0;
+	for (int i = 0; i < n; i++) {
+		float d = (float)round_sym(xs[i] * id, 127) * s - xs[i];
+		e += d * d;
+	}
+	return e;
+}
+
 /* put_code stores code q as dim d of data row drow (int4: a nibble). */
 static void put_code(int prec, uint8_t *drow, int d, uint8_t q) {
 	if (prec == KVS_KV_INT4) {
@@ -147,6 +158,9 @@ static void write_row(const struct kvs_kv_plane *p, int32_t layer, int32_t block
 			sc = scale_near((mx - m) / 15);
 		} else {
 			sc = scale_up(amax / qmax8(p->prec));
+			/* int8: the code below when it codes the group with a smaller
+			 * squared error (engine/kvstore's int8Scale) */
+			if (p->prec == KVS_KV_INT8 && sc > 0 && sse8(xs, n, (uint8_t)(sc - 1)) < sse8(xs, n, sc)) sc--;
 		}
 		((uint8_t *)p->scale)[si + g] = sc;
 		if (kvs_s8(sc) != 0) id = 1 / kvs_s8(sc);

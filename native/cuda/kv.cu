@@ -87,6 +87,17 @@ __device__ __forceinline__ int round_unsigned(float v, float lim) {
 	return 0;
 }
 
+/* sse8 returns the squared error of x[lo..hi) coded as int8 at scale code
+ * c, summed in order, no operation fused (engine/kvstore's sse8). */
+__device__ float sse8(const float *x, int lo, int hi, uint8_t c) {
+	float s = s8f(c), id = s != 0 ? 1 / s : 0.0f, e = 0;
+	for (int i = lo; i < hi; i++) {
+		float d = __fsub_rn(__fmul_rn((float)round_sym(__fmul_rn(x[i], id), 127), s), x[i]);
+		e = __fadd_rn(e, __fmul_rn(d, d));
+	}
+	return e;
+}
+
 /* write_kernel: one block per row. Quantized planes first compute every
  * group's scale (and zero) into shared memory, one warp a group, then
  * each thread stores whole bytes (int4: both nibbles of a byte). */
@@ -147,6 +158,8 @@ __global__ void write_kernel(struct kvs_kv_plane p, int32_t layer, const int32_t
 					sc = scale_near(__fdiv_rn(__fsub_rn(mx, m), qm));
 				} else {
 					sc = scale_up(__fdiv_rn(amax, qm));
+					/* the code below when its squared error is smaller */
+					if (sc > 0 && sse8(x, lo, hi, (uint8_t)(sc - 1)) < sse8(x, lo, hi, sc)) sc--;
 				}
 				((uint8_t *)p.scale)[si + g] = sc;
 				if (s8f(sc) != 0) id = 1 / s8f(sc);
