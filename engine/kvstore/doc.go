@@ -36,12 +36,16 @@
 // decodes them with a shift and an f16 conversion: a scale is unsigned E5M3
 // (an f16's bits 14..7: 2^-17 to 61440, three mantissa bits), for Int8
 // and FP8 rounded up, so that no value of its group lies past the largest
-// code (NVFP4's rule); a zero point is E5M2 (bits 15..8, FP8's other
-// format). Int4 rounds its scale and zero point to the nearest code and
-// clamps its values' codes: on stories260K and parity-llama3 that costs
-// about a quarter less KL than widening the range to hold every value. Bits a value, counting them, for a head dim D, key
-// group KG (default min(32, BlockSize)) and value group VG (default 64,
-// never more than the KVHeads*D row); the last four columns are
+// code (NVFP4's rule), except that an Int8 value group takes the code
+// below when that codes the group with a smaller squared error; a zero
+// point is E5M2 (bits 15..8, FP8's other format). Int4 rounds its scale
+// and zero point to the nearest code and clamps its values' codes: on
+// stories260K and parity-llama3 that costs about a quarter less KL than
+// widening the range to hold every value. Bits a value, counting them,
+// for a head dim D, key group KG (default min(16, BlockSize) for Int8 and
+// FP8 keys, min(32, BlockSize) for Int4) and value group VG (default 32
+// for Int8 and FP8 values, 64 for Int4, never more than the KVHeads*D
+// row); the last four columns are
 // stories260K (4 KV heads, D 8, block 32), parity-llama3 (1 KV head, D 32,
 // block 16), TinyLlama (4 KV heads, D 64, block 16) and a Llama 3 8B shape
 // (8 KV heads, D 128, block 16), K/V:
@@ -51,17 +55,17 @@
 //	f16        per value, round to nearest even               16                      16         16         16         16
 //	bf16       per value, round to nearest even               16                      16         16         16         16
 //	q8_0       per token row, groups of 32, scale absmax/127  8 + 16/32               8.5/8.5    8.5/8.5    8.5/8.5    8.5/8.5
-//	int8 K     per channel over KG tokens, symmetric: a base  8 + (8+4D)/(KG*D)       8.16       8.27       8.26       8.25
+//	int8 K     per channel over KG tokens, symmetric: a base  8 + (8+4D)/(KG*D)       8.31       8.27       8.26       8.25
 //	           scale per head and a 4-bit multiplier a channel
-//	int8 V     per token row, groups of VG, symmetric         8 + 8/VG                8.25       8.25       8.12       8.12
-//	fp8 K, V   E4M3FN codes, scaled as int8 (scale absmax/448) as int8                8.16/8.25  8.27/8.25  8.26/8.12  8.25/8.12
+//	int8 V     per token row, groups of VG, symmetric         8 + 8/VG                8.25       8.25       8.25       8.25
+//	fp8 K, V   E4M3FN codes, scaled as int8 (scale absmax/448) as int8                8.31/8.25  8.27/8.25  8.26/8.25  8.25/8.25
 //	int4 K     per channel over KG tokens, asymmetric         4 + 16/KG               4.5        5          5          5
 //	int4 V     per token row, groups of VG, asymmetric        4 + 16/VG               4.5        4.5        4.25       4.25
 //
 // BitsPerValue computes these for a Config, BlockBytes the bytes of a block.
 // With the key residual counted once per 1,000-token sequence (below), int8
-// and fp8 hold 1.92× the tokens of f16 at D 8 and 32 and 1.94× at D 64 and
-// 128 (block 16 or 32), int4 3.28× to 3.46×; q8_0 holds 1.88×.
+// and fp8 hold 1.92× the tokens of f16 at D 8 to 128 (block 16 or 32),
+// int4 3.28× to 3.46×; q8_0 holds 1.88×.
 //
 // Why these layouts. Int8 must hold at least 1.9× f16's tokens (at most
 // about 8.4 bits a value, residual included) at head dim 32 and block 16,
@@ -74,12 +78,20 @@
 // the smallest that covers the channel's amax/127: a quarter bit a value at
 // block 16 instead of half a bit for an E5M3 scale a channel, and about as
 // precise (the multiplier's step is a sixteenth of the base; the E5M3
-// step an eighth). Mean KL from f32 K/V (kvscope bench cache, pure Go
-// backend) is under q8_0's on the trained stories260K (2.7e-4 against
-// 1.8e-3 at block 32) and on parity-llama3 (1.4e-4 against 1.7e-4), but
-// not on gen-model's random-weight "small" preset of head dim 64 (4.4e-6
-// against 3.5e-6, both tiny): there the values' E5M3 scale, rounded up,
-// costs more than per-channel keys save. Int4 keeps a zero point per channel (E5M2):
+// step an eighth). Int8 and FP8 take key groups of 16 tokens and value
+// groups of 32 (q8_0's) even at block 32, where groups of 32 and 64
+// would cost 0.13 bits a value less: on gen-model's random-weight "small"
+// preset of head dim 64, values dominate int8's error (KL 3.4e-6 with
+// only V quantized, against q8_0 values' 2.4e-6; keys 1.0e-6), and groups
+// of 64 values and 32 key tokens put int8's KL over q8_0's (4.6e-6 against
+// 3.5e-6 at block 32). Groups of 32 values bring the values to 2.6e-6,
+// and an Int8 value group choosing between its rounded-up scale and the
+// code below by squared error (the largest values may clip at ±127 for
+// a finer step, as ggml's make_qx_quants weighs its candidates) to 2.5e-6.
+// Mean KL from f32 K/V (kvscope bench cache, pure Go backend) is then at
+// or under q8_0's on all three models: gen-model "small" 3.47e-6 against
+// 3.51e-6 at blocks 16 and 32 (a thin margin), parity-llama3 1.4e-4
+// against 1.65e-4, the trained stories260K 1.7e-4 against 1.8e-3. Int4 keeps a zero point per channel (E5M2):
 // 15 levels over a channel's range instead of a symmetric 15 over twice
 // its largest magnitude. FP8 scales as int8 does, so that its keys are per
 // channel with a residual as int8's and cost the same bits.
@@ -92,15 +104,18 @@
 //
 // Int8 codes are signed bytes, q = round(x/s) halves away from zero,
 // clamped to ±127, with s the decoded 8-bit scale (the value of its code)
-// and 1/s rounded to float. Int4 codes are q = round((x-z)/s) halves up,
+// and 1/s rounded to float. An Int8 value group's scale code is scaleUp's
+// c = up(amax/127) or c-1, whichever gives the smaller sum of (q*s - x)^2
+// over the group's values in order, each operation rounded to float32 (c on
+// a tie), so that every backend picks the same code. Int4 codes are q = round((x-z)/s) halves up,
 // clamped to 0..15, with z the decoded zero point. FP8 is OCP E4M3FN (bias
 // 7, largest 448, no infinity; NaN never stored) of x/s, rounded to nearest
 // even, saturating. Keys are quantized per channel (kvHead, dim) across the
 // KG tokens of a key group, because keys carry outlier channels that would
 // crush every other channel of a per-token group (KIVI). Values are
 // quantized per token in groups of VG consecutive values of the row; with
-// HeadDim 32 a group of 64 spans 2 heads (set ValueGroup to HeadDim for
-// per-head groups). When KG does not divide BlockSize or VG the row, the
+// HeadDim 32 an Int4 group of 64 spans 2 heads (set ValueGroup to HeadDim
+// for per-head groups). When KG does not divide BlockSize or VG the row, the
 // last group is shorter. A scale past E5M3's range saturates at 61440 and a
 // zero point at ±57344 (values past them clip).
 //
@@ -125,7 +140,7 @@
 // count it once per running sequence (SequenceBytes does), and
 // Store.Residuals reports what is held. At block size 32 this puts
 // 1000-token sequences at 1.92× (Int8, FP8) and 3.37× (Int4) the tokens of
-// f16 in the same memory for stories260K's shape, and 1.94× and 3.46× for
+// f16 in the same memory for stories260K's shape, and 1.92× and 3.46× for
 // 22 layers, 4 KV heads, head dim 64 (TestCapacity).
 //
 // A group's state is tracked per layer by a mask of written slots. The block

@@ -9,7 +9,8 @@ import "fmt"
 //   - a scale is unsigned E5M3: bits 14..7 of an f16 (its sign bit dropped,
 //     5 exponent bits, 3 mantissa bits), 2^-17 to 61440; Int8 and FP8
 //     round it up, so that no value of its group lies past the largest
-//     code (the NVFP4 rule);
+//     code (the NVFP4 rule), but an Int8 value group takes the code below
+//     when it codes the group with a smaller squared error (int8Scale);
 //   - a zero point (Int4 only) is E5M2, FP8's other format: bits 15..8 of
 //     an f16.
 //
