@@ -499,23 +499,42 @@ func FuzzConstraints(f *testing.F) {
 }
 
 // TestSummarize checks a byte set's summary against its definition.
+// TestSummarize checks a class's summary (a group's bit where any of its
+// bytes is in the class) and inner summary (where all are) against their
+// definitions, on classes of single bytes and of ranges.
 func TestSummarize(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
-	for range 200 {
+	for i := range 400 {
 		var c class
 		for range rng.IntN(6) {
-			b := byte(rng.IntN(256))
-			c.add(b, b)
+			lo := byte(rng.IntN(256))
+			hi := lo
+			if i%2 == 1 {
+				hi = byte(min(int(lo)+rng.IntN(40), 255))
+			}
+			c.add(lo, hi)
 		}
-		var want summary
+		var want, wantInner summary
 		for b := range 256 {
+			k := summaryBit(byte(b))
 			if c.has(byte(b)) {
-				k := summaryBit(byte(b))
 				want[k>>6] |= 1 << (k & 63)
+			}
+			whole := true
+			for o := range 256 {
+				if summaryBit(byte(o)) == k && !c.has(byte(o)) {
+					whole = false
+				}
+			}
+			if whole {
+				wantInner[k>>6] |= 1 << (k & 63)
 			}
 		}
 		if got := summarize(&c); got != want {
 			t.Fatalf("summary of %x = %x, want %x", c, got, want)
+		}
+		if got := inner(&c); got != wantInner {
+			t.Fatalf("inner summary of %x = %x, want %x", c, got, wantInner)
 		}
 	}
 }

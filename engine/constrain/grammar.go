@@ -185,7 +185,14 @@ type Grammar struct {
 	stateIdx map[string]int32
 	start    int32
 
-	masks map[maskKey]cachedMask
+	masks     map[maskKey]*cachedMask
+	maskBytes int    // the memory of masks
+	uses      uint64 // masks asked for, a clock for letting the least recently used go
+
+	// scratch for walk: its stack and its bitmap in the order of a
+	// trie's tokens
+	walkStack []struct{ next, end, st, depth int32 }
+	order     []uint64
 
 	// scratch for closures
 	visited map[node]struct{}
@@ -207,6 +214,10 @@ type stateInfo struct {
 	next    int32
 	char    int32     // 1 + charStep's finding, -1 none, 0 not yet looked at
 	run     []runStep // the plain run as far as spans has needed it
+	charRun []runStep // the run by characters (charStep's) as far as charSpans has needed it
+	// whether the runs end after their last step (their last state has
+	// no plain run, or no character step)
+	runEnds, charRunEnds bool
 }
 
 // summary is a byte set in 128 bits: printable ASCII and DEL one bit each
@@ -227,37 +238,34 @@ func summaryBit(c byte) int {
 }
 
 // summarize is the summary of the bytes of c.
-func summarize(c *class) summary {
+func summarize(c *class) summary { return summarizeBy(c, false) }
+
+// inner is the summary of the groups of bytes wholly in c: a set whose
+// summary is within it is within c.
+func inner(c *class) summary { return summarizeBy(c, true) }
+
+// summarizeBy is the summary of c, a group's bit set where any of its
+// bytes is in c, or with whole where all of them are.
+func summarizeBy(c *class, whole bool) summary {
 	// 0x20-0x5f and 0x60-0x7f one bit each, then a bit per group of 8.
 	s := summary{c[0]>>32 | c[1]<<32, c[1] >> 32}
+	in := func(b uint64) bool {
+		if whole {
+			return b == 0xff
+		}
+		return b != 0
+	}
 	for g := range 4 {
-		if c[0]>>(8*g)&0xff != 0 {
+		if in(c[0] >> (8 * g) & 0xff) {
 			s[1] |= 1 << (32 + g)
 		}
 	}
 	for g := range 16 {
-		if c[2+g/8]>>(8*(g%8))&0xff != 0 {
+		if in(c[2+g/8] >> (8 * (g % 8)) & 0xff) {
 			s[1] |= 1 << (36 + g)
 		}
 	}
 	return s
-}
-
-// inner is the summary of the groups of bytes wholly in c: a set whose
-// summary is within it is within c.
-func inner(c *class) summary {
-	var out summary
-	for b := range 256 {
-		k := summaryBit(byte(b))
-		out[k>>6] |= 1 << (k & 63)
-	}
-	for b := range 256 {
-		if !c.has(byte(b)) {
-			k := summaryBit(byte(b))
-			out[k>>6] &^= 1 << (k & 63)
-		}
-	}
-	return out
 }
 
 // maxStacks bounds the stacks of one parse position: a pathologically
@@ -267,7 +275,7 @@ const maxStacks = 1 << 14
 // freeze compiles the builder's rules with root as the start.
 func (b *builder) freeze(root int) *Grammar {
 	g := &Grammar{classes: b.classes, alts: make([][]int, len(b.rules)), root: root,
-		nodeIdx: map[node]int32{}, stateIdx: map[string]int32{}, masks: map[maskKey]cachedMask{}, visited: map[node]struct{}{}}
+		nodeIdx: map[node]int32{}, stateIdx: map[string]int32{}, masks: map[maskKey]*cachedMask{}, visited: map[node]struct{}{}}
 	for r, alts := range b.rules {
 		for _, a := range alts {
 			g.alts[r] = append(g.alts[r], len(g.code))
@@ -343,7 +351,14 @@ func (g *Grammar) intern(ids []int32) int32 {
 	st.accept = len(ids) > 0 && ids[0] == 0
 	st.done = st.accept && len(ids) == 1
 	g.states = append(g.states, st)
-	g.trans = append(g.trans, make([]int32, 256)...)
+	if n := len(g.trans) + 256; n > cap(g.trans) {
+		// Double, rather than append's quarter for a large slice: a new
+		// state's row would otherwise copy the whole table too often.
+		grown := make([]int32, len(g.trans), 2*n)
+		copy(grown, g.trans)
+		g.trans = grown
+	}
+	g.trans = g.trans[:len(g.trans)+256]
 	id := int32(len(g.states) - 1)
 	g.stateIdx[string(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(st.nodes))), len(ids)*4))] = id
 	return id
@@ -378,32 +393,37 @@ func (g *Grammar) compute(st int32, c byte) int32 {
 	// Every byte that the same top nodes match leads to the same state:
 	// record them all, so that a state's 256 bytes cost a closure per
 	// distinct set of matching nodes, not per byte.
-	{
-		var same class
-		for b := range same {
-			same[b] = ^uint64(0)
-		}
-		for _, n := range g.states[st].nodes {
-			if n == 0 {
-				continue
-			}
-			cl := &g.classes[g.code[g.nodes[n].pos]]
-			if cl.has(c) {
-				same[0], same[1], same[2], same[3] = same[0]&cl[0], same[1]&cl[1], same[2]&cl[2], same[3]&cl[3]
-			} else {
-				same[0], same[1], same[2], same[3] = same[0]&^cl[0], same[1]&^cl[1], same[2]&^cl[2], same[3]&^cl[3]
-			}
-		}
-		row := g.trans[int(st)<<8 : int(st)<<8+256]
-		for w, m := range same {
-			for m != 0 {
-				row[w<<6|bits.TrailingZeros64(m)] = next + 1
-				m &= m - 1
-			}
+	same := g.sameAs(st, c)
+	row := g.trans[int(st)<<8 : int(st)<<8+256]
+	for w, m := range same {
+		for m != 0 {
+			row[w<<6|bits.TrailingZeros64(m)] = next + 1
+			m &= m - 1
 		}
 	}
 	g.trans[int(st)<<8|int(c)] = next + 1
 	return next
+}
+
+// sameAs is the bytes that the same top nodes of st match as c: those
+// that lead where c does.
+func (g *Grammar) sameAs(st int32, c byte) class {
+	var same class
+	for b := range same {
+		same[b] = ^uint64(0)
+	}
+	for _, n := range g.states[st].nodes {
+		if n == 0 {
+			continue
+		}
+		cl := &g.classes[g.code[g.nodes[n].pos]]
+		if cl.has(c) {
+			same[0], same[1], same[2], same[3] = same[0]&cl[0], same[1]&cl[1], same[2]&cl[2], same[3]&cl[3]
+		} else {
+			same[0], same[1], same[2], same[3] = same[0]&^cl[0], same[1]&^cl[1], same[2]&^cl[2], same[3]&^cl[3]
+		}
+	}
+	return same
 }
 
 // plan works out st's plain run: of its live successors, the one the most
@@ -412,35 +432,115 @@ func (g *Grammar) compute(st int32, c byte) int32 {
 // multi-byte character leads back to the same state.
 func (g *Grammar) plan(st int32) *stateInfo {
 	if !g.states[st].planned {
-		var next [256]int32
-		votes := map[int32]int{}
-		best := int32(0)
-		for c := range 256 {
-			t := g.step(st, byte(c))
-			next[c] = t
-			if t != 0 {
-				votes[t]++
-				if votes[t] > votes[best] || votes[t] == votes[best] && t < best {
-					best = t
-				}
+		// The bytes split into groups by the top nodes they match; groups
+		// whose nodes go on to the same places lead to the same state
+		// (the ranges of one character class, say). The largest is the
+		// run, and only its state is worked out, not those the other
+		// bytes lead to.
+		var live class
+		for _, n := range g.states[st].nodes {
+			if n != 0 {
+				live.or(g.classes[g.code[g.nodes[n].pos]])
 			}
+		}
+		type group struct {
+			bytes class
+			n     int
+			to    []node // where the matching nodes go on, sorted
+		}
+		var groups []group
+		for left := live; left != (class{}); {
+			w := 0
+			for left[w] == 0 {
+				w++
+			}
+			c := byte(w<<6 | bits.TrailingZeros64(left[w]))
+			same := g.sameAs(st, c)
+			n := 0
+			for i := range same {
+				left[i] &^= same[i]
+				n += bits.OnesCount64(same[i])
+			}
+			to := g.goesOn(st, c)
+			k := slices.IndexFunc(groups, func(gr group) bool { return slices.Equal(gr.to, to) })
+			if k < 0 {
+				groups = append(groups, group{to: to})
+				k = len(groups) - 1
+			}
+			groups[k].bytes.or(same)
+			groups[k].n += n
 		}
 		var plain class
-		for c := range 256 {
-			if best != 0 && next[c] == best {
-				plain.add(byte(c), byte(c))
+		most := 0
+		for _, gr := range groups {
+			if gr.n > most {
+				plain, most = gr.bytes, gr.n
 			}
 		}
-		info := &g.states[st] // after the steps, which may grow g.states
-		var live class
-		for c := range 256 {
-			if next[c] != 0 {
-				live.add(byte(c), byte(c))
+		next := int32(0)
+		if most > 0 {
+			w := 0
+			for plain[w] == 0 {
+				w++
 			}
+			next = g.step(st, byte(w<<6|bits.TrailingZeros64(plain[w])))
 		}
-		info.planned, info.next, info.plain, info.live = true, best, inner(&plain), summarize(&live)
+		if next != 0 {
+			// Record the run's bytes as the automaton's own steps, so
+			// that the walk and Advance never part.
+			row := g.trans[int(st)<<8 : int(st)<<8+256]
+			for b := range 256 {
+				if plain.has(byte(b)) {
+					switch row[b] {
+					case 0:
+						row[b] = next + 1
+					case next + 1:
+					default:
+						plain[b>>6] &^= 1 << (b & 63)
+					}
+				}
+			}
+		} else {
+			plain = class{}
+		}
+		// A byte that a top node matches leads to a live state (its
+		// closure holds at least a node or the end of the stack).
+		info := &g.states[st] // after the step, which may grow g.states
+		info.planned, info.next, info.plain, info.live = true, next, inner(&plain), summarize(&live)
 	}
 	return &g.states[st]
+}
+
+// goesOn is where the top nodes of st that match c go on: the positions
+// after them, an alternative's end taken back to the rule that called it
+// (sorted, without repeats). Bytes for which it is the same lead to the
+// same state.
+func (g *Grammar) goesOn(st int32, c byte) []node {
+	var to []node
+	for _, n := range g.states[st].nodes {
+		if n == 0 {
+			continue
+		}
+		nd := g.nodes[n]
+		if !g.classes[g.code[nd.pos]].has(c) {
+			continue
+		}
+		at := node{nd.pos + 1, nd.parent}
+		for g.code[at.pos] == symEnd && at.parent != 0 {
+			at = g.nodes[at.parent]
+		}
+		if g.code[at.pos] == symEnd {
+			at = node{-1, 0} // the end of the stack
+		}
+		to = append(to, at)
+	}
+	slices.SortFunc(to, func(a, b node) int {
+		if a.pos != b.pos {
+			return int(a.pos - b.pos)
+		}
+		return int(a.parent - b.parent)
+	})
+	return slices.Compact(to)
 }
 
 // spans follows st's plain run for up to depth bytes of set (a trie
@@ -448,14 +548,33 @@ func (g *Grammar) plan(st int32) *stateInfo {
 // many bytes of it every string of set's bytes keeps valid, and the state
 // there: each state along the run must take all of set to the next one,
 // and a state whose run comes back to itself takes any length (depth).
-// The caller holds g.mu.
+// The run is worked out only as far as a set has needed it, so that a
+// new state's first mask plans no state the walk does not reach. The
+// caller holds g.mu.
 func (g *Grammar) spans(st int32, set summary, depth int) (int, int32) {
-	run := g.runOf(st, depth)
-	if len(run) > depth {
-		run = run[:depth]
+	return g.follow(st, set, depth, false)
+}
+
+// charSpans is spans by characters: it follows charStep from st for up
+// to depth characters and returns how many characters every valid UTF-8
+// string whose ASCII bytes (and control characters, by their summary) are
+// in set keeps the output valid for, and the state there.
+func (g *Grammar) charSpans(st int32, set summary, depth int) (int, int32) {
+	const ascii = 1<<36 - 1 // summary bits of word 1 below the multi-byte groups
+	set[1] &= ascii
+	return g.follow(st, set, depth, true)
+}
+
+// follow is spans (chars false) or charSpans (chars true).
+func (g *Grammar) follow(st int32, set summary, depth int, chars bool) (int, int32) {
+	run := g.states[st].run
+	if chars {
+		run = g.states[st].charRun
 	}
-	// run[i].common only shrinks with i: find the first step set leaves.
-	lo, hi := 0, len(run)
+	// run[i].common only shrinks with i: find the first known step set
+	// leaves, then work out more of the run while set keeps to it.
+	known := min(len(run), depth)
+	lo, hi := 0, known
 	for lo < hi {
 		mid := (lo + hi) / 2
 		if c := &run[mid].common; set[0]&^c[0]|set[1]&^c[1] == 0 {
@@ -464,43 +583,77 @@ func (g *Grammar) spans(st int32, set summary, depth int) (int, int32) {
 			hi = mid
 		}
 	}
+	for lo == len(run) && lo < depth && (lo == 0 || !run[lo-1].loops) {
+		var ok bool
+		if run, ok = g.extend(st, chars); !ok {
+			break // the run ends here
+		}
+		if c := &run[lo].common; set[0]&^c[0]|set[1]&^c[1] != 0 {
+			break
+		}
+		lo++
+	}
 	switch {
 	case lo == 0:
 		return 0, st
-	case lo == len(run) && (lo == depth || run[lo-1].loops):
+	case lo == depth || run[lo-1].loops:
 		return depth, run[lo-1].st
 	}
 	return lo, run[lo-1].st
 }
 
-// runStep is one step of a state's plain run: the bytes every step so far
-// takes along it (a summary's part), the state after it, and whether that
-// state's run comes back to itself (the run's last step then).
+// runStep is one step of a state's plain run (by bytes, or by characters):
+// the bytes every step so far takes along it (a summary's part), the state
+// after it, and whether that state's run comes back to itself (the run's
+// last step then).
 type runStep struct {
 	common summary
 	st     int32
 	loops  bool
 }
 
-// runOf returns st's plain run up to depth steps, or to where it ends or
-// loops, working out what is not yet known.
-func (g *Grammar) runOf(st int32, depth int) []runStep {
-	run := g.states[st].run
-	for len(run) < depth && (len(run) == 0 || !run[len(run)-1].loops) {
-		from, common := st, summary{^uint64(0), ^uint64(0)}
-		if k := len(run); k > 0 {
-			from, common = run[k-1].st, run[k-1].common
-		}
-		info := g.plan(from)
-		if info.next == 0 {
-			break
-		}
-		common[0] &= info.plain[0]
-		common[1] &= info.plain[1]
-		run = append(run, runStep{common: common, st: info.next, loops: info.next == from})
+// extend works out one more step of st's run (its byte run, or with chars
+// its character run: charStep's) and returns the run, and false where it
+// ends (or loops) before that step.
+func (g *Grammar) extend(st int32, chars bool) ([]runStep, bool) {
+	info := &g.states[st]
+	run, ended := info.run, &info.runEnds
+	if chars {
+		run, ended = info.charRun, &info.charRunEnds
 	}
-	g.states[st].run = run
-	return run
+	if *ended {
+		return run, false
+	}
+	from, common := st, summary{^uint64(0), ^uint64(0)}
+	if k := len(run); k > 0 {
+		if run[k-1].loops {
+			return run, false
+		}
+		from, common = run[k-1].st, run[k-1].common
+	}
+	next := g.plan(from).next
+	if chars {
+		next = g.charStep(from)
+	}
+	info = &g.states[st] // plan and charStep may grow g.states
+	if next == 0 {
+		if chars {
+			info.charRunEnds = true
+		} else {
+			info.runEnds = true
+		}
+		return run, false
+	}
+	plain := &g.states[from].plain
+	common[0] &= plain[0]
+	common[1] &= plain[1]
+	run = append(run, runStep{common: common, st: next, loops: next == from})
+	if chars {
+		info.charRun = run
+	} else {
+		info.run = run
+	}
+	return run, true
 }
 
 // stops reports whether no byte of set keeps the output valid from st.
@@ -536,17 +689,28 @@ func (g *Grammar) utf8Lead(st, to int32) bool {
 		st int32
 		u  byte
 	}
-	seen := map[pair]bool{}
+	var room [32]pair
+	seen := room[:0]
 	todo := []pair{{st, 0}}
 	for len(todo) > 0 {
 		p := todo[len(todo)-1]
 		todo = todo[:len(todo)-1]
-		for c := 0x80; c < 0x100; c++ {
-			u := utf8Next(p.u, byte(c))
+		lo, hi := utf8Bytes(p.u)
+		prev := pair{-1, utf8Bad}
+		next := &utf8Table[p.u]
+		for c := lo; c <= hi; c++ {
+			u := next[c]
 			if u == utf8Bad {
 				continue
 			}
-			t := g.step(p.st, byte(c))
+			t := g.trans[int(p.st)<<8|c] - 1
+			if t < 0 {
+				t = g.compute(p.st, byte(c))
+			}
+			if (pair{t, u}) == prev {
+				continue // as the byte before
+			}
+			prev = pair{t, u}
 			switch {
 			case t == 0:
 				return false
@@ -554,40 +718,36 @@ func (g *Grammar) utf8Lead(st, to int32) bool {
 				if t != to {
 					return false
 				}
-			case !seen[pair{t, u}]:
+			case !slices.Contains(seen, prev):
 				if len(seen) > 256 {
 					return false
 				}
-				seen[pair{t, u}] = true
-				todo = append(todo, pair{t, u})
+				seen = append(seen, prev)
+				todo = append(todo, prev)
 			}
 		}
 	}
 	return true
 }
 
-// charSpans is spans by characters: it follows charStep from st for up
-// to depth characters and returns how many characters every valid UTF-8
-// string whose ASCII bytes (and control characters, by their summary) are
-// in set keeps the output valid for, and the state there.
-func (g *Grammar) charSpans(st int32, set summary, depth int) (int, int32) {
-	const ascii = 1<<36 - 1 // summary bits of word 1 below the multi-byte groups
-	set[1] &= ascii
-	for i := range depth {
-		info := g.plan(st)
-		if set[0]&^info.plain[0]|set[1]&^info.plain[1] != 0 {
-			return i, st
+// utf8Table is utf8Next as a table.
+var utf8Table = func() (t [utf8Bad + 1][256]byte) {
+	for u := range t {
+		for c := range 256 {
+			t[u][c] = utf8Next(byte(u), byte(c))
 		}
-		next := g.charStep(st)
-		switch next {
-		case 0:
-			return i, st
-		case st:
-			return depth, st
-		}
-		st = next
 	}
-	return depth, st
+	return t
+}()
+
+// utf8Bytes is the range of bytes that may follow in decoder state u
+// (utf8Next), past the ASCII ones: the leads of multi-byte characters
+// between them, else the continuation bytes.
+func utf8Bytes(u byte) (lo, hi int) {
+	if u == 0 {
+		return 0xc2, 0xf4
+	}
+	return 0x80, 0xbf
 }
 
 // A Matcher follows one output through a Grammar. It is not safe for
