@@ -583,3 +583,108 @@ func TestCompose(t *testing.T) {
 		t.Errorf("a schema with minimum: %v, want it refused by name", err)
 	}
 }
+
+// TestAllowedMatchesReferenceGenerated checks masks against feeding every
+// token to a copy of the matcher, on generated vocabularies (text tokens
+// short and past the length bitmaps, quotes, escapes, control bytes,
+// multi-byte and broken UTF-8) and generated grammars (bounded and
+// unbounded strings, schemas, regular expressions, free text), along
+// random valid paths, with the mask cache both used and emptied.
+func TestAllowedMatchesReferenceGenerated(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	parts := []string{"a", "b", "x", "Z", "1", "7", " ", "-", ".", "\"", "\\", "{", "}", "[", "]", ":", ",", "\n", "\t", "é", "日", "\xe6", "\x97", "\xc3", "n", "u", "ll", "true"}
+	genVocab := func(n int) []string {
+		seen := map[string]bool{}
+		pieces := []string{""}
+		for len(pieces) < n {
+			var p string
+			switch rng.IntN(8) {
+			case 0: // a long text token, past textLevels
+				p = strings.Repeat(string(rune('a'+rng.IntN(3))), 20+rng.IntN(60))
+			default:
+				for range 1 + rng.IntN(6) {
+					p += parts[rng.IntN(len(parts))]
+				}
+			}
+			if !seen[p] {
+				seen[p] = true
+				pieces = append(pieces, p)
+			}
+		}
+		return pieces
+	}
+	genGrammar := func() (string, *Grammar) {
+		lo := rng.IntN(4)
+		hi := lo + rng.IntN(50)
+		var g *Grammar
+		var err error
+		var what string
+		switch rng.IntN(7) {
+		case 0:
+			what = fmt.Sprintf(`{"type":"string","minLength":%d,"maxLength":%d}`, lo, hi)
+			g, err = Schema([]byte(what))
+		case 1:
+			what = fmt.Sprintf(`{"type":"object","properties":{"s":{"type":"string","maxLength":%d},"n":{"type":"integer"},"a":{"type":"array","items":{"type":"string"},"maxItems":%d}},"required":["s"]}`, hi, 1+lo)
+			g, err = Schema([]byte(what))
+		case 2:
+			what = fmt.Sprintf(`[a-z ]{%d,%d}(x|é)*`, lo, hi)
+			g, err = Regex(what)
+		case 3:
+			what = fmt.Sprintf(`.{%d,%d}"?`, lo, hi)
+			g, err = Regex(what)
+		case 4:
+			what = "free text"
+			g, err = Compose(what, Seq(Text("{"), Literal("\n")))
+		case 5:
+			what = "json"
+			g = JSON(rng.IntN(2) == 0)
+		default:
+			what = fmt.Sprintf(`[ -~]{0,%d}`, hi)
+			g, err = Regex(what)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return what, g
+	}
+	for round := range 6 {
+		pieces := genVocab(400 + 200*round)
+		v := NewVocab(pieces)
+		mask := make([]uint64, v.MaskWords())
+		for range 8 {
+			what, g := genGrammar()
+			for walk := range 4 {
+				m := g.NewMatcher()
+				for step := range 30 {
+					if walk%2 == 1 {
+						g.mu.Lock()
+						clear(g.masks)
+						g.maskBytes = 0
+						g.mu.Unlock()
+					}
+					n := m.Allowed(v, mask)
+					var ok []int
+					for id, p := range pieces {
+						probe := *m
+						want := p != "" && probe.Advance(p)
+						if got := mask[id>>6]&(1<<(id&63)) != 0; got != want {
+							t.Fatalf("round %d %s walk %d step %d: token %q allowed %v, by feeding it %v", round, what, walk, step, p, got, want)
+						}
+						if want {
+							ok = append(ok, id)
+						}
+					}
+					if n != len(ok) {
+						t.Fatalf("%s: Allowed counted %d, the mask has %d", what, n, len(ok))
+					}
+					if len(ok) == 0 {
+						break
+					}
+					if !m.Advance(pieces[ok[rng.IntN(len(ok))]]) {
+						t.Fatal("an allowed token was refused")
+					}
+				}
+			}
+		}
+	}
+}
