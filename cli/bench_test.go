@@ -248,7 +248,8 @@ func TestParseBatchedBench(t *testing.T) {
 }
 
 // TestBenchSample runs bench sample on a small extended vocabulary and
-// checks its table: the four rows, each with tokens and positive times.
+// checks its table: the four rows, each with tokens and positive times,
+// and a compile time where each request compiles its constraint.
 func TestBenchSample(t *testing.T) {
 	vocab := filepath.Join(testshared.Dir(), "testdata", "tokenizer", "ggml-vocab-gpt-2.gguf")
 	if _, err := os.Stat(vocab); err != nil {
@@ -261,15 +262,22 @@ func TestBenchSample(t *testing.T) {
 	if !strings.Contains(out, "vocabulary: 60000 tokens") || !strings.Contains(out, "decode step of Llama 3.2 1B Q4_K_M") {
 		t.Fatalf("no vocabulary or decode-step line:\n%s", out)
 	}
-	for _, row := range []string{"none", "JSON object", "JSON schema, new to the process", "JSON schema, seen before"} {
-		i := strings.Index(out, row+"  ")
+	for _, row := range []struct {
+		name     string
+		compiles bool
+	}{{"none", false}, {"JSON object", true}, {"JSON schema, new to the process", true}, {"JSON schema, seen before", false}} {
+		i := strings.Index(out, row.name+"  ")
 		if i < 0 {
-			t.Fatalf("no row %q:\n%s", row, out)
+			t.Fatalf("no row %q:\n%s", row.name, out)
 		}
-		line, _, _ := strings.Cut(out[i+len(row):], "\n")
+		line, _, _ := strings.Cut(out[i+len(row.name):], "\n")
 		f := strings.Fields(line)
-		if len(f) != 9 || f[0] == "0" || f[1] == "0" {
-			t.Errorf("row %q: want tokens, 6 times and 2 shares, got %q", row, line)
+		if len(f) != 10 || f[0] == "0" || f[1] == "0" {
+			t.Errorf("row %q: want tokens, 6 times, 2 shares and a compile time, got %q", row.name, line)
+			continue
+		}
+		if compiled := f[9] != "-"; compiled != row.compiles {
+			t.Errorf("row %q: compile time %q, want one: %v", row.name, f[9], row.compiles)
 		}
 	}
 }

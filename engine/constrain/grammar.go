@@ -794,12 +794,40 @@ func (m *Matcher) Done() bool {
 // Reset puts the Matcher back at the start.
 func (m *Matcher) Reset() { m.st = m.g.start }
 
-// checked refuses a grammar that matches nothing (its start is dead).
+// checked refuses a grammar that matches nothing (its start is dead),
+// and builds the automaton of one that does (warm).
 func checked(g *Grammar, what string) (*Grammar, error) {
 	if g.start == 0 {
 		return nil, fmt.Errorf("%s matches nothing", what)
 	}
+	g.warm(maxWarmStates)
 	return g, nil
+}
+
+// maxWarmStates bounds the states warm builds (1 KiB of transitions
+// each), and maxWarmWork the stack nodes they hold in all.
+const (
+	maxWarmStates = 4096
+	maxWarmWork   = 1 << 18
+)
+
+// warm builds the automaton's states breadth first from the start, every
+// byte of each, until it is whole or has limit states. A schema's first
+// masks otherwise build hundreds of states as the walk meets them (each
+// character of a bounded string is one, and each byte within a
+// multi-byte character another), which would make those steps several
+// times the others; built here, with the compile, every step reads a
+// table.
+func (g *Grammar) warm(limit int) {
+	work := 0 // stack nodes of the states worked out, a bound on a very ambiguous grammar's time
+	for st := int32(1); int(st) < len(g.states) && len(g.states) < limit && work < maxWarmWork; st++ {
+		work += len(g.states[st].nodes)
+		for c := range 256 {
+			if g.trans[int(st)<<8|c] == 0 {
+				g.compute(st, byte(c))
+			}
+		}
+	}
 }
 
 // States is how many parse positions g's automaton has built so far (each

@@ -347,6 +347,15 @@ func (g *Grammar) keep(key maskKey, mask []uint64, n int) {
 	}
 }
 
+// forgetMasks lets go of every kept mask (for tests and benchmarks that
+// time the walk).
+func (g *Grammar) forgetMasks() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.masks)
+	g.maskBytes = 0
+}
+
 // fill sets mask to the tokens allowed from state st and returns how many
 // there are. Where st takes every text byte along its plain run (inside a
 // JSON string, say) for as far as the longest text token goes, or as far
