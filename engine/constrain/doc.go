@@ -35,24 +35,37 @@
 // still to match. Stack nodes are interned, so a set of stacks is a sorted
 // list of node ids, and sets are interned too: a State is one id, and the
 // transition of a State on a byte is computed once and then read from a
-// table. The automaton is thus a lazily built deterministic one over the
-// pushdown's configurations, and a string's characters, say, cost a table
-// look-up each after the first time.
+// table. The automaton is thus a deterministic one over the pushdown's
+// configurations, built lazily; a schema's, a regular expression's and a
+// composed grammar's are built at compile, breadth first, up to 4096
+// states (a bounded string has a state per character and more within its
+// multi-byte characters, which a first mask would otherwise build by the
+// hundred), and any JSON value's as the output goes.
 //
 // # Token masks
 //
-// A Vocab is a trie of the token byte strings, each node's children side
-// by side in memory. Allowed walks the trie depth first from the current
-// State, stepping the automaton one byte per trie edge and dropping a
-// subtree as soon as its prefix is dead. Most of a step's tokens are
-// marked without a walk: each trie node keeps a summary of the bytes
-// below it, each State its plain run (the bytes that all lead to one
-// live state, such as a string's characters), and a subtree whose bytes
-// all follow the run, or whose bytes are valid UTF-8 text with its ASCII
-// in the run where every character leads back to the State (the inside
-// of a JSON string), is marked whole from a list of its tokens. The masks
-// of the latest States are kept. BenchmarkAllowed and BenchmarkSampleStep
-// measure a step on a 128k-token vocabulary.
+// A Vocab splits the tokenizer's vocabulary in two: plain text (printable
+// ASCII but the quote and the backslash: most of a real vocabulary) and
+// the rest (a few thousand tokens). Where a State's plain run (the bytes
+// that all lead to one live state, such as a string's characters) takes
+// every text byte for as far as the longest text token, or as far as a
+// bound beyond which no text byte may follow (a string's maxLength), the
+// text tokens are marked by length from bitmaps a word at a time, and
+// only a trie of the rest is walked; elsewhere the walk is over a trie of
+// all tokens. A walk goes depth first from the State, stepping the
+// automaton one byte per trie edge and dropping a subtree as soon as its
+// prefix is dead. Each trie node keeps a summary of the bytes below it,
+// and a subtree whose bytes all follow the run, or whose bytes are valid
+// UTF-8 text with its ASCII in the run where every character leads back
+// along it (the inside of a JSON string), is marked whole: its tokens lie
+// in trie order, so that it is a run of bits in a bitmap, moved to token
+// ids at the end (adding the tokens in, or all of them and taking those
+// out, whichever are fewer). The masks of recent States are kept, within
+// 4 MiB per Grammar, the least recently used let go first. Allowed is
+// checked against feeding each token to the matcher, on hand-made, GPT-2
+// and generated vocabularies and grammars. BenchmarkAllowed and
+// BenchmarkSampleStep measure a step on a 128k-token vocabulary, and
+// kvscope bench sample its CPU time.
 //
 // End of generation is the caller's: a Matcher says when its output is a
 // complete match (Accepting: end-of-generation tokens may be allowed) and
