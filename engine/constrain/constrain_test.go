@@ -685,3 +685,58 @@ func TestAllowedMatchesReferenceGenerated(t *testing.T) {
 		}
 	}
 }
+
+// TestMaskCache checks the kept masks: a mask asked for again comes from
+// the cache the same, and past maxMasks the least recently used go first
+// while the memory stays within maxMaskBytes.
+func TestMaskCache(t *testing.T) {
+	pieces := []string{"", "a", "b", "ab", "ba", "aaa", "x", "\"", "é"}
+	v := NewVocab(pieces)
+	g := mustSchema(t, `{"type":"string","maxLength":1500}`)
+	m := g.NewMatcher()
+	if !m.Advance(`"`) {
+		t.Fatal("the string's quote was refused")
+	}
+	mask := make([]uint64, v.MaskWords())
+	first := m.st
+	firstN := m.Allowed(v, mask)
+	firstMask := slices.Clone(mask)
+	g.mu.Lock()
+	_, kept := g.masks[maskKey{v, first}]
+	g.mu.Unlock()
+	if !kept {
+		t.Fatal("the first mask was not kept")
+	}
+	// The first mask, used again now and then, outlives the others.
+	for i := range maxMasks + 200 {
+		if !m.Advance("a") {
+			t.Fatalf("step %d refused", i)
+		}
+		m.Allowed(v, mask)
+		if i%100 == 0 {
+			probe := *m
+			probe.st = first
+			if n := probe.Allowed(v, mask); n != firstN || !slices.Equal(mask, firstMask) {
+				t.Fatalf("step %d: the first mask again is %x (%d tokens), was %x (%d)", i, mask, n, firstMask, firstN)
+			}
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.masks) > maxMasks || g.maskBytes > maxMaskBytes {
+		t.Fatalf("%d masks of %d bytes kept, over %d or %d", len(g.masks), g.maskBytes, maxMasks, maxMaskBytes)
+	}
+	if _, ok := g.masks[maskKey{v, first}]; !ok {
+		t.Error("the first mask, used again, was let go")
+	}
+	if _, ok := g.masks[maskKey{v, m.st}]; !ok {
+		t.Error("the latest mask was let go")
+	}
+	total := 0
+	for _, c := range g.masks {
+		total += c.bytes()
+	}
+	if total != g.maskBytes {
+		t.Errorf("the masks hold %d bytes, counted %d", total, g.maskBytes)
+	}
+}

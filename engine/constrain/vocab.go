@@ -284,11 +284,14 @@ func (m *Matcher) Allowed(v *Vocab, mask []uint64) int {
 
 // maxMaskBytes bounds the memory of the masks a Grammar keeps (16 KiB
 // for a mask of many tokens on a 128k vocabulary, 4 bytes a token for one
-// of few), the least recently used let go first: an output that comes
-// back to a parse position (the next character of a string, say, or the
-// same place in another request's output) reuses its mask instead of
-// walking the trie.
-const maxMaskBytes = 4 << 20
+// of few), and maxMasks their number, the least recently used let go
+// first: an output that comes back to a parse position (the next
+// character of a string, say, or the same place in another request's
+// output) reuses its mask instead of walking the trie.
+const (
+	maxMaskBytes = 4 << 20
+	maxMasks     = 1024
+)
 
 type maskKey struct {
 	v  *Vocab
@@ -318,7 +321,7 @@ func (c *cachedMask) put(mask []uint64) {
 }
 
 // keep adds the mask of key, with n tokens, to g's masks, letting go of
-// the least recently used ones beyond maxMaskBytes.
+// the least recently used ones beyond maxMaskBytes or maxMasks.
 func (g *Grammar) keep(key maskKey, mask []uint64, n int) {
 	c := &cachedMask{n: n, used: g.uses}
 	if 32*n < 8*len(mask) {
@@ -334,7 +337,7 @@ func (g *Grammar) keep(key maskKey, mask []uint64, n int) {
 	}
 	g.maskBytes += c.bytes()
 	g.masks[key] = c
-	for g.maskBytes > maxMaskBytes && len(g.masks) > 1 {
+	for (g.maskBytes > maxMaskBytes || len(g.masks) > maxMasks) && len(g.masks) > 1 {
 		var oldest maskKey
 		first := true
 		for k, m := range g.masks {
