@@ -647,7 +647,7 @@ func TestAllowedMatchesReferenceGenerated(t *testing.T) {
 		}
 		return what, g
 	}
-	for round := range 6 {
+	for round := range 4 {
 		pieces := genVocab(400 + 200*round)
 		v := NewVocab(pieces)
 		mask := make([]uint64, v.MaskWords())
