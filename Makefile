@@ -139,6 +139,8 @@ bench: build $(NATIVE_LIB)
 	@echo "Matrix kernels: MB/s of weights read (bench speed above measured this machine's read bandwidth, the bound for one vector)"
 	$(GO) test -run '^$$' -bench 'MatMul' -benchtime 20x ./engine/quant
 	$(GO) test -run '^$$' -bench 'MatMul' -benchtime 20x ./engine/backend/native
+	@echo "Heatmap redraws of 16,384 blocks at 1100x700 (redraws/s must stay above 30)"
+	$(GO) test -run '^$$' -bench 'Render16K' ./app/inspector
 
 # screenshot opens the real window under Xvfb and runs a short scripted
 # session on the demo model (app.ScreenshotEnv): two conversations through

@@ -4,7 +4,6 @@ import (
 	"image"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"kvscope/engine/kvcache"
 )
@@ -47,7 +46,8 @@ func bigSnapshot(tb testing.TB) *kvcache.Snapshot {
 
 // BenchmarkRender16K times one full heatmap redraw of 16,384 blocks at
 // 1100×700 pixels (the heatmap's size in a 1280×800 window on a 2× screen),
-// in each mode. Redraws per second are 1e9 / ns/op; it must stay above 30.
+// in each mode. Redraws per second are 1e9 / ns/op; it must stay above 30
+// (`make bench` runs it; a test would gate on the machine's load).
 func BenchmarkRender16K(b *testing.B) {
 	s := bigSnapshot(b)
 	dst := image.NewRGBA(image.Rect(0, 0, 1100, 700))
@@ -59,26 +59,5 @@ func BenchmarkRender16K(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "redraws/s")
 		})
-	}
-}
-
-// TestRender16KFastEnough checks the benchmark's promise in every test run:
-// one redraw of 16,384 blocks in recency mode (the slowest: it sorts the
-// cached blocks) takes well under 1/30 s.
-func TestRender16KFastEnough(t *testing.T) {
-	s := bigSnapshot(t)
-	dst := image.NewRGBA(image.Rect(0, 0, 1100, 700))
-	res := testing.Benchmark(func(b *testing.B) {
-		for b.Loop() {
-			Render(dst, s, View{Mode: ByRecency})
-		}
-	})
-	perSec := 1e9 / float64(res.NsPerOp())
-	t.Logf("%.0f redraws/s of 16,384 blocks at 1100×700 (%v a redraw)", perSec, res.T/time.Duration(res.N))
-	if raceEnabled {
-		t.Skip("the race detector slows drawing about tenfold; the speed is checked without it")
-	}
-	if perSec < 30 {
-		t.Errorf("%.0f redraws/s, want at least 30", perSec)
 	}
 }

@@ -33,13 +33,15 @@ var scalingInputs = []struct {
 	{"mixed", func(n int) string { return strings.Repeat("a 1!'\n\u00e9\t", n/9) }},
 }
 
-// checkLinear fails unless the work prepare(2n) returns takes at most 2.5
+// checkLinear fails unless the work prepare(2n) returns takes at most 3
 // times as long as the work prepare(n) returns. prepare builds the input
 // outside the timing. Each is timed several times in CPU time of the
 // thread, interleaved and with the garbage collector off, and the best
 // times are compared; on a busy
 // machine the comparison is tried up to five times, since only a
-// consistent excess (a quadratic cost gives about 4) means a failure.
+// consistent excess means a failure: a quadratic cost gives about 4, and a
+// linear one 2 to 2.5 where the other core's work shares the caches (2.5
+// failed there now and then).
 func checkLinear(t *testing.T, n int, prepare func(n int) func()) {
 	t.Helper()
 	small, large := prepare(n), prepare(2*n)
@@ -61,11 +63,11 @@ func checkLinear(t *testing.T, n int, prepare func(n int) func()) {
 			runtime.GC()
 			t2 = min(t2, timed(large))
 		}
-		if t2 <= t1*5/2 {
+		if t2 <= t1*3 {
 			return
 		}
 	}
-	t.Errorf("size %d took %v, size %d %v: %.1f times as long, want at most 2.5", n, t1, 2*n, t2, float64(t2)/float64(t1))
+	t.Errorf("size %d took %v, size %d %v: %.1f times as long, want at most 3", n, t1, 2*n, t2, float64(t2)/float64(t1))
 }
 
 // Every pre-tokenizer splits in time linear in its input.

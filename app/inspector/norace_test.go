@@ -1,6 +1,0 @@
-//go:build !race
-
-package inspector
-
-// raceEnabled says the race detector is on: timings mean nothing.
-const raceEnabled = false
