@@ -1,34 +1,267 @@
 /* attention.c: paged attention over K/V blocks in the store's own layout,
- * compiled once per path. */
+ * compiled once per path.
+ *
+ * Scores. A key row at f32/f16/bf16, q8_0, or in a key group still in its
+ * f16 residual, is decoded and dotted with each query head in float (the
+ * sixteen-lane order of simd.h's dot_any). A quantized int8/int4 key group
+ * is scored with exact integer dot products instead: per query head and key
+ * group the channel scales are folded into the query, q'[d] = q[d]*s[d],
+ * which is rounded to int16 codes Q[d] = rint(q'[d]*KVS_QMAX/amax) (amax the
+ * largest |q'[d]|, step qd = amax/KVS_QMAX); a token's score is then
+ * ((float)(sum_d Q[d]*code[d]) * qd + cz) * scale, with cz = 0 for int8 and
+ * for int4 the float dot product of q with the group's zero points. The
+ * integer sums are exact in every lane order, so each path computes them its
+ * own way (AVX-512 and AVX2 on sixteen or eight tokens at once, summed
+ * across lanes by a fixed tree) with the scalar path's bits. fp8 groups
+ * decode with their group's scales, decoded once.
+ *
+ * Values are decoded once a position (int8, int4 rows with SIMD, the scalar
+ * code's operations), or read in place (f32, f16, bf16), and weighted in
+ * position order as the header states. */
 #include "kv.h"
 #include "simd.h"
 
+/* KVS_QMAX is the largest |Q[d]|: D <= 1024 products of it and a code
+ * (|code| <= 128) sum within int32. */
+#define KVS_QMAX 16383
+/* KVS_TILE tokens of a key group are widened and scored at a time. */
+#define KVS_TILE 16
+
+/* row_scores writes the scores of one decoded key row kr for the group's
+ * query heads qg: sc[hh*m] = dot(kr, q_hh)*scale. */
+static inline void row_scores(const float *kr, const float *qg, int group, int D, float scale, float *sc, int64_t m) {
+	int hh = 0;
+	for (; hh + 4 <= group; hh += 4) {
+		const float *qs[4] = {qg + hh * D, qg + (hh + 1) * D, qg + (hh + 2) * D, qg + (hh + 3) * D};
+		float d4[4];
+		dot_any4(kr, 0, qs, D, d4);
+		for (int v = 0; v < 4; v++) sc[(hh + v) * m] = d4[v] * scale;
+	}
+	for (; hh < group; hh++) sc[hh * m] = dot_any(kr, 0, qg + hh * D, D) * scale;
+}
+
+/* widen_codes writes n consecutive int8 or int4 key rows starting at src
+ * (row_bytes apart) as int16 codes cb[t*Dp + d], zero past D. */
+static void widen_codes(int prec, const uint8_t *src, int64_t row_bytes, int n, int D, int Dp, int16_t *cb) {
+	for (int t = 0; t < n; t++) {
+		const uint8_t *s = src + t * row_bytes;
+		int16_t *o = cb + (int64_t)t * Dp;
+		int d = 0;
+		if (prec == KVS_KV_INT8) {
+#if defined(__AVX512BW__)
+			for (; d + 32 <= D; d += 32)
+				_mm512_storeu_si512((void *)(o + d), _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(s + d))));
+#elif defined(__AVX2__)
+			for (; d + 16 <= D; d += 16)
+				_mm256_storeu_si256((__m256i *)(o + d), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(s + d))));
+#endif
+			for (; d < D; d++) o[d] = (int8_t)s[d];
+		} else {
+#if defined(__AVX2__)
+			for (; d + 32 <= D; d += 32) {
+				__m128i b = _mm_loadu_si128((const __m128i *)(s + d / 2)), m15 = _mm_set1_epi8(15);
+				__m128i lo = _mm_and_si128(b, m15), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m15);
+				__m128i c0 = _mm_unpacklo_epi8(lo, hi), c1 = _mm_unpackhi_epi8(lo, hi);
+#if defined(__AVX512BW__)
+				_mm512_storeu_si512((void *)(o + d), _mm512_cvtepu8_epi16(_mm256_set_m128i(c1, c0)));
+#else
+				_mm256_storeu_si256((__m256i *)(o + d), _mm256_cvtepu8_epi16(c0));
+				_mm256_storeu_si256((__m256i *)(o + d + 16), _mm256_cvtepu8_epi16(c1));
+#endif
+			}
+#endif
+			for (; d < D; d++) o[d] = (s[d >> 1] >> ((d & 1) * 4)) & 15;
+		}
+		for (; d < Dp; d++) o[d] = 0;
+	}
+}
+
+/* idot_rows computes out[t] = sum_d Q[d]*cb[t*Dp + d] for t < n <= KVS_TILE,
+ * exactly (Dp a multiple of 32). */
+#if defined(__AVX512BW__)
+static inline __m512i madd_acc(__m512i acc, __m512i a, __m512i b) {
+#if defined(__AVX512VNNI__)
+	return _mm512_dpwssd_epi32(acc, a, b);
+#else
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+
+static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_t *out) {
+	__m512i a[16];
+	for (int t = 0; t < 16; t++) a[t] = _mm512_setzero_si512();
+	for (int c = 0; c < Dp; c += 32) {
+		__m512i qv = _mm512_loadu_si512((const void *)(Q + c));
+		for (int t = 0; t < n; t++) a[t] = madd_acc(a[t], qv, _mm512_loadu_si512((const void *)(cb + (int64_t)t * Dp + c)));
+	}
+	/* Sixteen vectors of sixteen lane sums into one vector of sixteen
+	 * sums: halves, quarters, pairs, then neighbours. */
+	__m512i r1[8], r2[4], r3[2];
+	for (int i = 0; i < 8; i++)
+		r1[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(a[2 * i], a[2 * i + 1], 0x44),
+		                         _mm512_shuffle_i32x4(a[2 * i], a[2 * i + 1], 0xEE));
+	for (int i = 0; i < 4; i++)
+		r2[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(r1[2 * i], r1[2 * i + 1], 0x88),
+		                         _mm512_shuffle_i32x4(r1[2 * i], r1[2 * i + 1], 0xDD));
+	for (int i = 0; i < 2; i++)
+		r3[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(r2[2 * i], r2[2 * i + 1]), _mm512_unpackhi_epi64(r2[2 * i], r2[2 * i + 1]));
+	__m512 x = _mm512_castsi512_ps(r3[0]), y = _mm512_castsi512_ps(r3[1]);
+	__m512i r4 = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0))),
+	                              _mm512_castps_si512(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(3, 1, 3, 1))));
+	/* Lane 4k+i holds token 4i+k. */
+	r4 = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r4);
+	int32_t tmp[16];
+	_mm512_storeu_si512((void *)tmp, r4);
+	for (int t = 0; t < n; t++) out[t] = tmp[t];
+}
+#elif defined(__AVX2__)
+static void idot8(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_t *out) {
+	__m256i a[8];
+	for (int t = 0; t < 8; t++) a[t] = _mm256_setzero_si256();
+	for (int c = 0; c < Dp; c += 16) {
+		__m256i qv = _mm256_loadu_si256((const __m256i *)(Q + c));
+		for (int t = 0; t < n; t++)
+			a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(qv, _mm256_loadu_si256((const __m256i *)(cb + (int64_t)t * Dp + c))));
+	}
+	__m256i s01 = _mm256_hadd_epi32(a[0], a[1]), s23 = _mm256_hadd_epi32(a[2], a[3]);
+	__m256i s45 = _mm256_hadd_epi32(a[4], a[5]), s67 = _mm256_hadd_epi32(a[6], a[7]);
+	__m256i lo4 = _mm256_hadd_epi32(s01, s23), hi4 = _mm256_hadd_epi32(s45, s67);
+	__m256i r = _mm256_add_epi32(_mm256_permute2x128_si256(lo4, hi4, 0x20), _mm256_permute2x128_si256(lo4, hi4, 0x31));
+	int32_t tmp[8];
+	_mm256_storeu_si256((__m256i *)tmp, r);
+	for (int t = 0; t < n; t++) out[t] = tmp[t];
+}
+
+static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_t *out) {
+	for (int t0 = 0; t0 < n; t0 += 8) idot8(Q, cb + (int64_t)t0 * Dp, Dp, n - t0 < 8 ? n - t0 : 8, out + t0);
+}
+#else
+static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_t *out) {
+	for (int t = 0; t < n; t++) {
+		int32_t s = 0;
+		for (int d = 0; d < Dp; d++) s += (int32_t)Q[d] * cb[(int64_t)t * Dp + d];
+		out[t] = s;
+	}
+}
+#endif
+
+/* quant_query rounds q'[d] = q[d]*s[d] to int16 codes Q (zero past D) and
+ * returns their step. Plain C: every path rounds the same way. */
+static float quant_query(const float *q, const float *s, int D, int Dp, int16_t *Q) {
+	float amax = 0;
+	for (int d = 0; d < D; d++) {
+		float a = fabsf(q[d] * s[d]);
+		amax = a > amax ? a : amax;
+	}
+	float inv = amax > 0 ? (float)KVS_QMAX / amax : 0;
+	for (int d = 0; d < D; d++) {
+		float x = q[d] * s[d] * inv;
+		x = x >= -(float)KVS_QMAX ? (x <= (float)KVS_QMAX ? x : (float)KVS_QMAX) : -(float)KVS_QMAX;
+		Q[d] = (int16_t)rintf(x);
+	}
+	for (int d = D; d < Dp; d++) Q[d] = 0;
+	return amax / (float)KVS_QMAX;
+}
+
+/* group_scores scores tokens t0..t0+n-1 (slots of layer-block lb, one key
+ * group gi of KV head g, quantized) for the group's query heads: sc[hh*m + i]
+ * for token t0+i. */
+static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi, int t0, int n, const float *qg, int group,
+                         float scale, const float *fp8tab, float *sc, int64_t m) {
+	int D = k->head_dim, B = k->block_size, Dp = (D + 31) & ~31;
+	float s[KVS_MAX_HEAD_DIM], z[KVS_MAX_HEAD_DIM];
+	kvs_key_group_scales(k, lb, g, gi, s, z);
+	const uint8_t *src = (const uint8_t *)k->data + lb * k->data_per_block + (int64_t)(g * B + t0) * k->row_bytes;
+	if (k->prec == KVS_KV_FP8) {
+		float kr[KVS_MAX_HEAD_DIM];
+		for (int i = 0; i < n; i++) {
+			const uint8_t *r = src + (int64_t)i * k->row_bytes;
+			for (int d = 0; d < D; d++) kr[d] = fp8tab[r[d]] * s[d];
+			row_scores(kr, qg, group, D, scale, sc + i, m);
+		}
+		return;
+	}
+	int16_t cb[KVS_TILE * KVS_MAX_HEAD_DIM], Q[KVS_MAX_HEAD_DIM];
+	int32_t isum[KVS_TILE];
+	for (int i0 = 0; i0 < n; i0 += KVS_TILE) {
+		int tn = n - i0 < KVS_TILE ? n - i0 : KVS_TILE;
+		widen_codes(k->prec, src + (int64_t)i0 * k->row_bytes, k->row_bytes, tn, D, Dp, cb);
+		for (int hh = 0; hh < group; hh++) {
+			const float *qh = qg + (int64_t)hh * D;
+			float qd = quant_query(qh, s, D, Dp, Q);
+			float cz = k->prec == KVS_KV_INT4 ? dot_any(z, 0, qh, D) : 0.0f;
+			idot_rows(Q, cb, Dp, tn, isum);
+			float *o = sc + hh * m + i0;
+			for (int i = 0; i < tn; i++) o[i] = ((float)isum[i] * qd + cz) * scale;
+		}
+	}
+}
+
+/* value_row returns head h, slot t of layer-block lb of value plane v as
+ * floats: in place for f32, else decoded into buf (int8 and int4 rows with
+ * SIMD, the same operations as kvs_decode_row). */
+static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, int h, int t, const float *fp8tab, float *buf) {
+	int D = v->head_dim;
+	if (v->prec == KVS_KV_F32) return (const float *)v->data + lb * v->data_per_block + (int64_t)(h * v->block_size + t) * D;
 #if defined(__AVX512F__)
-/* vsum_regs adds up, for hn <= H query heads of KV head g, out_h = sum over
- * positions p0..np-1, in order, of (w_h[p-p0]*inv_h) * v_p, each product
- * rounded and then added (the generic loop's operations), with the H*C
- * 16-lane sums (C = head_dim/16) in registers: C and H are constants at
- * each call, so the arrays below are registers. */
-static inline __attribute__((always_inline)) void vsum_regs(const int C, const int H, const struct kvs_kv_plane *v,
-                                                            int32_t layer, int g, const int32_t *tab, int p0, int np,
-                                                            const float *w, int m, const float *inv, int hn,
-                                                            const float *fp8tab, float *vb, float *out) {
-	int D = 16 * C, B = v->block_size;
+	if (v->prec == KVS_KV_INT8 || v->prec == KVS_KV_INT4) {
+		const uint8_t *src = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(h * v->block_size + t) * v->row_bytes;
+		const uint8_t *sc8 = (const uint8_t *)v->scale, *z8 = (const uint8_t *)v->zero;
+		int G = v->group;
+		int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
+		for (int d0 = 0; d0 < D;) {
+			int gg = (h * D + d0) / G, d1 = (gg + 1) * G - h * D;
+			if (d1 > D) d1 = D;
+			float s = kvs_s8(sc8[si + gg]);
+			int d = d0;
+			if (v->prec == KVS_KV_INT8) {
+				__m512 sv = _mm512_set1_ps(s);
+				for (; d + 16 <= d1; d += 16)
+					_mm512_storeu_ps(buf + d, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + d)))), sv));
+				for (; d < d1; d++) buf[d] = (float)(int8_t)src[d] * s;
+			} else {
+				float mz = kvs_z8(z8[si + gg]);
+				__m512 sv = _mm512_set1_ps(s), mv = _mm512_set1_ps(mz);
+				/* Sixteen values from an even dim: eight bytes. */
+				if (d & 1) buf[d] = (float)((src[d >> 1] >> 4) & 15) * s + mz, d++;
+				for (; d + 16 <= d1; d += 16) {
+					long long w;
+					memcpy(&w, src + d / 2, 8);
+					__m128i b = _mm_cvtsi64_si128(w);
+					__m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+					__m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+					_mm512_storeu_ps(buf + d, _mm512_add_ps(_mm512_mul_ps(q, sv), mv));
+				}
+				for (; d < d1; d++) buf[d] = (float)((src[d >> 1] >> ((d & 1) * 4)) & 15) * s + mz;
+			}
+			d0 = d1;
+		}
+		return buf;
+	}
+#endif
+	kvs_decode_row(v, lb, h, t, NULL, fp8tab, buf);
+	return buf;
+}
+
+#if defined(__AVX512F__)
+/* vsum_tile adds, for hn <= H query heads, out_h += (w_h[i]*inv_h) * row_i
+ * for the tile's n rows in order (each product rounded, then added), with
+ * the H*C 16-lane sums (C = head_dim/16) in registers between out's load
+ * and store: C and H are constants at each call. rows[i] are f32 (kind 0)
+ * or f16/bf16 bits (kind 1, 2). */
+static inline __attribute__((always_inline)) void vsum_tile(const int C, const int H, const void *const *rows, int kind, int n,
+                                                            const float *w, int64_t m, const float *inv, int hn, float *out) {
+	int D = 16 * C;
 	__m512 acc[H][C];
 	for (int h = 0; h < H; h++)
-		for (int c = 0; c < C; c++) acc[h][c] = _mm512_setzero_ps();
-	for (int p = p0; p < np; p++) {
-		int j = p / B, t = p % B;
-		int64_t lb = (int64_t)layer * v->blocks + tab[j];
-		const float *vr = vb;
-		if (v->prec == KVS_KV_F32)
-			vr = (const float *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
-		else
-			kvs_decode_row(v, lb, g, t, NULL, fp8tab, vb);
+		for (int c = 0; c < C; c++) acc[h][c] = h < hn ? _mm512_loadu_ps(out + h * D + 16 * c) : _mm512_setzero_ps();
+	for (int i = 0; i < n; i++) {
+		__m512 vr[C];
+		for (int c = 0; c < C; c++) vr[c] = load16(rows[i], kind, 16 * c);
 		for (int h = 0; h < H; h++) {
 			if (h >= hn) break;
-			__m512 pr = _mm512_set1_ps(w[(int64_t)h * m + p - p0] * inv[h]);
-			for (int c = 0; c < C; c++) acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(pr, _mm512_loadu_ps(vr + 16 * c)));
+			__m512 pr = _mm512_set1_ps(w[(int64_t)h * m + i] * inv[h]);
+			for (int c = 0; c < C; c++) acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(pr, vr[c]));
 		}
 	}
 	for (int h = 0; h < H && h < hn; h++)
@@ -40,7 +273,7 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
                      int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
                      const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out) {
 	int D = k->head_dim, B = k->block_size, group = heads / k->kv_heads;
-	float fp8tab[256], kb[KVS_MAX_HEAD_DIM], vb[KVS_MAX_HEAD_DIM];
+	float fp8tab[256], kb[KVS_MAX_HEAD_DIM];
 	if (k->prec == KVS_KV_FP8 || v->prec == KVS_KV_FP8)
 		for (int c = 0; c < 256; c++) fp8tab[c] = kvs_fp8((uint8_t)c);
 	for (int64_t r = 0; r < n; r++) {
@@ -50,23 +283,32 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 		for (int g = head0 / group; g < head1 / group; g++) {
 			const float *qg = q + (r * heads + (int64_t)g * group) * D;
 			float *og = out + (r * heads + (int64_t)g * group) * D;
-			for (int p = p0; p < np; p++) {
+			for (int p = p0; p < np;) {
 				int j = p / B, t = p % B;
 				int64_t lb = (int64_t)layer * k->blocks + tab[j];
+				if (k->key) {
+					/* The rest of the key group (or of the window). */
+					int G = k->group, gi = t / G, te = (gi + 1) * G < B ? (gi + 1) * G : B, nt = te - t;
+					if (nt > np - p) nt = np - p;
+					const uint8_t *res = k_resid[(table_off[r] + j) * k->groups + gi];
+					if (res) {
+						for (int i = 0; i < nt; i++) {
+							kvs_decode_row(k, lb, g, t + i, res, fp8tab, kb);
+							row_scores(kb, qg, group, D, scale, scratch + p - p0 + i, m);
+						}
+					} else {
+						group_scores(k, lb, g, gi, t, nt, qg, group, scale, fp8tab, scratch + p - p0, m);
+					}
+					p += nt;
+					continue;
+				}
 				const float *kr = kb;
 				if (k->prec == KVS_KV_F32)
 					kr = (const float *)k->data + lb * k->data_per_block + (int64_t)(g * B + t) * D;
 				else
-					kvs_decode_row(k, lb, g, t, k->key ? k_resid[(table_off[r] + j) * k->groups + t / k->group] : NULL,
-					               fp8tab, kb);
-				int hh = 0;
-				for (; hh + 4 <= group; hh += 4) {
-					const float *qs[4] = {qg + hh * D, qg + (hh + 1) * D, qg + (hh + 2) * D, qg + (hh + 3) * D};
-					float d4[4];
-					dot_any4(kr, 0, qs, D, d4);
-					for (int v = 0; v < 4; v++) scratch[(int64_t)(hh + v) * m + p - p0] = d4[v] * scale;
-				}
-				for (; hh < group; hh++) scratch[(int64_t)hh * m + p - p0] = dot_any(kr, 0, qg + hh * D, D) * scale;
+					kvs_decode_row(k, lb, g, t, NULL, fp8tab, kb);
+				row_scores(kr, qg, group, D, scale, scratch + p - p0, m);
+				p++;
 			}
 			/* Softmax per query head: the max in sixteen lanes (the
 			 * same value as in order), exp, then the heads' sums in
@@ -93,16 +335,32 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 			}
 #if defined(__AVX512F__)
 			if (D == 64 || D == 128 || D == 256) {
-				/* H heads a pass: H*D/16 accumulators, 16 registers. */
+				/* Tiles of positions: each row is read in place or
+				 * decoded once, then H heads a pass take it from L1,
+				 * H*D/16 accumulators in registers. */
 				const int H = D == 64 ? 4 : D == 128 ? 2 : 1;
-				for (int h0 = 0; h0 < group; h0 += H) {
-					int hn = group - h0 < H ? group - h0 : H;
-					const float *pw = scratch + (int64_t)h0 * m;
-					float *oh = og + (int64_t)h0 * D;
-					switch (D) {
-					case 64: vsum_regs(4, 4, v, layer, g, tab, p0, np, pw, m, inv + h0, hn, fp8tab, vb, oh); break;
-					case 128: vsum_regs(8, 2, v, layer, g, tab, p0, np, pw, m, inv + h0, hn, fp8tab, vb, oh); break;
-					default: vsum_regs(16, 1, v, layer, g, tab, p0, np, pw, m, inv + h0, hn, fp8tab, vb, oh); break;
+				int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : 0;
+				float vt[KVS_TILE * 256];
+				const void *rows[KVS_TILE];
+				for (int pa = p0; pa < np; pa += KVS_TILE) {
+					int tn = np - pa < KVS_TILE ? np - pa : KVS_TILE;
+					for (int i = 0; i < tn; i++) {
+						int p = pa + i, j = p / B, t = p % B;
+						int64_t lb = (int64_t)layer * v->blocks + tab[j];
+						if (kind)
+							rows[i] = (const uint16_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
+						else
+							rows[i] = value_row(v, lb, g, t, fp8tab, vt + i * D);
+					}
+					for (int h0 = 0; h0 < group; h0 += H) {
+						int hn = group - h0 < H ? group - h0 : H;
+						const float *pw = scratch + (int64_t)h0 * m + pa - p0;
+						float *oh = og + (int64_t)h0 * D;
+						switch (D) {
+						case 64: vsum_tile(4, 4, rows, kind, tn, pw, m, inv + h0, hn, oh); break;
+						case 128: vsum_tile(8, 2, rows, kind, tn, pw, m, inv + h0, hn, oh); break;
+						default: vsum_tile(16, 1, rows, kind, tn, pw, m, inv + h0, hn, oh); break;
+						}
 					}
 				}
 				continue;
@@ -111,11 +369,7 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 			for (int p = p0; p < np; p++) {
 				int j = p / B, t = p % B;
 				int64_t lb = (int64_t)layer * v->blocks + tab[j];
-				const float *vr = vb;
-				if (v->prec == KVS_KV_F32)
-					vr = (const float *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
-				else
-					kvs_decode_row(v, lb, g, t, NULL, fp8tab, vb);
+				const float *vr = value_row(v, lb, g, t, fp8tab, kb);
 				for (int hh = 0; hh < group; hh++) {
 					float pr = scratch[(int64_t)hh * m + p - p0] * inv[hh], *oh = og + hh * D;
 					for (int d = 0; d < D; d++) oh[d] += pr * vr[d];

@@ -36,6 +36,20 @@ static inline int64_t kvs_key_scale_index(const struct kvs_kv_plane *p, int64_t 
 	return lb * p->scales_per_block + (int64_t)(h * p->groups + g) * per;
 }
 
+/* kvs_key_group_scales decodes the per-channel scales of head h, key group g
+ * of layer-block lb of an int8/int4/fp8 key plane into s[head_dim] and, for
+ * int4, the zero points into z[head_dim]: a quantized key is code*s[d]
+ * (+ z[d]), the values kvs_decode_row uses. */
+static inline void kvs_key_group_scales(const struct kvs_kv_plane *p, int64_t lb, int h, int g, float *s, float *z) {
+	const uint8_t *sc = (const uint8_t *)p->scale + kvs_key_scale_index(p, lb, h, g);
+	if (p->prec == KVS_KV_INT4) {
+		const uint8_t *zp = (const uint8_t *)p->zero + kvs_key_scale_index(p, lb, h, g);
+		for (int d = 0; d < p->head_dim; d++) s[d] = kvs_s8(sc[d]), z[d] = kvs_z8(zp[d]);
+		return;
+	}
+	for (int d = 0; d < p->head_dim; d++) s[d] = kvs_key_scale(sc, d);
+}
+
 /* kvs_byte_resid: int8 and fp8 keys keep only the high byte of each f16
  * residual value in the slot, the low byte in data. */
 static inline int kvs_byte_resid(const struct kvs_kv_plane *p) { return p->prec == KVS_KV_INT8 || p->prec == KVS_KV_FP8; }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"kvscope/engine/kvstore"
+	"kvscope/engine/quant"
 )
 
 // attnCase is one store shape for the attention tests.
@@ -82,6 +83,13 @@ func seqStore(t testing.TB, r *rand.Rand, c attnCase, lens []int) (*kvstore.Stor
 // the float32 weighted sum adds (npos+8)·2^-23·Σp|v|, which also covers
 // the library's float exp (within 2 ulps: 2^-22·Σp|v|).
 //
+// A quantized Int8 or Int4 key group is scored with integer dot products
+// (native/cpu/attention.c): the query times the group's channel scales s_d,
+// rounded to int16 codes of step amax_d|q_d·s_d|/16383, times the keys'
+// codes c_d = (k_d-z_d)/s_d, plus the float dot product of the query with
+// the zero points z_d (Int4). Its score is off by at most
+// scale·(step/2·Σ|c_d| + (D/16+8)·2^-23·(Σ|q_d·s_d·c_d| + Σ|q_d·z_d|)).
+//
 // With window > 0 only the row's window latest positions take part.
 func refAttention(s *kvstore.Store, layer, heads, window int, scale float32, q []float32, row AttnRow) (out, bound []float64) {
 	c := s.Config()
@@ -123,7 +131,21 @@ func refAttention(s *kvstore.Store, layer, heads, window int, scale float32, q [
 			}
 			sc[p] = dot * float64(scale)
 			mx = max(mx, sc[p])
-			es = max(es, float64(D/16+4)*0x1p-23*float64(scale)*abs)
+			e := float64(D/16+4) * 0x1p-23 * abs
+			if s, z := keyGroupScales(s, layer, row.Blocks[p/B], g, p%B); s != nil {
+				var amax, codes, terms float64
+				for d, qv := range qh {
+					cd := 0.0
+					if s[d] != 0 {
+						cd = (float64(k[d]) - z[d]) / s[d]
+					}
+					amax = max(amax, math.Abs(float64(qv)*s[d]))
+					codes += math.Abs(cd)
+					terms += math.Abs(float64(qv)*s[d]*cd) + math.Abs(float64(qv)*z[d])
+				}
+				e = amax/16383/2*codes + float64(D/16+8)*0x1p-23*terms
+			}
+			es = max(es, e*float64(scale))
 		}
 		var sum float64
 		for p := range sc {
@@ -142,6 +164,38 @@ func refAttention(s *kvstore.Store, layer, heads, window int, scale float32, q [
 		}
 	}
 	return out, bound
+}
+
+// keyGroupScales returns the channel scales and zero points (zero but for
+// Int4) of KV head h in the key group of slot t of layer l, block b of an
+// Int8 or Int4 key plane, decoded from the store's bytes as native/cpu/kv.h's
+// kvs_key_group_scales does, or nil for other keys and for a group still in
+// its f16 residual.
+func keyGroupScales(s *kvstore.Store, l, b, h, t int) (sc, zp []float64) {
+	c, r := s.Config(), s.RawK()
+	if c.K != kvstore.Int8 && c.K != kvstore.Int4 {
+		return nil, nil
+	}
+	g := t / r.Group
+	if r.Resid(l, b, g) != nil {
+		return nil, nil
+	}
+	D := c.HeadDim
+	per := 1 + (D+1)/2
+	if c.K == kvstore.Int4 {
+		per = D
+	}
+	i := (l*c.Blocks+b)*r.ScalesPerBlock + (h*r.Groups+g)*per
+	s8 := func(code uint8) float64 { return float64(quant.F16ToF32(uint16(code) << 7)) }
+	sc, zp = make([]float64, D), make([]float64, D)
+	for d := range D {
+		if c.K == kvstore.Int4 {
+			sc[d], zp[d] = s8(r.Scale8[i+d]), float64(quant.F16ToF32(uint16(r.Zero8[i+d])<<8))
+		} else {
+			sc[d] = s8(r.Scale8[i]) * float64(r.Scale8[i+1+d/2]>>(4*(d%2))&15+1) / 16
+		}
+	}
+	return sc, zp
 }
 
 // TestAttentionParity runs paged attention on every path, for every K and V
