@@ -27,6 +27,27 @@
 /* KVS_TILE tokens of a key group are widened and scored at a time. */
 #define KVS_TILE 16
 
+/* prefetch_rows asks for the cache lines of KV head h's rows of positions
+ * a..b-1 of plane p (block table tab), and of their value scales: blocks
+ * lie anywhere, so the hardware does not see the next one coming. */
+static inline void prefetch_rows(const struct kvs_kv_plane *p, int32_t layer, const int32_t *tab, int h, int a, int b) {
+	int B = p->block_size;
+	int64_t rb = p->prec == KVS_KV_F32 ? 4 * p->head_dim : p->prec <= KVS_KV_BF16 ? 2 * p->head_dim : p->row_bytes;
+	for (int x = a; x < b;) {
+		int j = x / B, t = x % B, e = (j + 1) * B < b ? (j + 1) * B : b;
+		int64_t lb = (int64_t)layer * p->blocks + tab[j];
+		const char *d = (const char *)p->data + (lb * p->data_per_block + (int64_t)(h * B + t) * (p->prec <= KVS_KV_BF16 ? p->head_dim : p->row_bytes)) *
+		                                            (p->prec == KVS_KV_F32 ? 4 : p->prec <= KVS_KV_BF16 ? 2 : 1);
+		for (int64_t o = 0; o < (e - x) * rb; o += 64) __builtin_prefetch(d + o);
+		if (!p->key && p->prec > KVS_KV_BF16) {
+			int es = p->prec == KVS_KV_Q8_0 ? 2 : 1;
+			const char *sc = (const char *)p->scale + (lb * p->scales_per_block + (int64_t)t * p->groups) * es;
+			for (int64_t o = 0; o < (int64_t)(e - x) * p->groups * es; o += 64) __builtin_prefetch(sc + o);
+		}
+		x = e;
+	}
+}
+
 /* row_scores writes the scores of one decoded key row kr for the group's
  * query heads qg: sc[hh*m] = dot(kr, q_hh)*scale. */
 static inline void row_scores(const float *kr, const float *qg, int group, int D, float scale, float *sc, int64_t m) {
@@ -146,21 +167,68 @@ static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_
 #endif
 
 /* quant_query rounds q'[d] = q[d]*s[d] to int16 codes Q (zero past D) and
- * returns their step. Plain C: every path rounds the same way. */
+ * returns their step: amax, the largest |q'[d]| (exact in any order), then
+ * Q[d] = rint(clamp(q'[d]*(KVS_QMAX/amax))), each path with the same
+ * operations. */
 static float quant_query(const float *q, const float *s, int D, int Dp, int16_t *Q) {
+	const float QM = (float)KVS_QMAX;
 	float amax = 0;
-	for (int d = 0; d < D; d++) {
+	int d = 0;
+#if defined(__AVX512F__)
+	{
+		__m512 a = _mm512_setzero_ps();
+		for (; d + 16 <= D; d += 16)
+			a = _mm512_max_ps(_mm512_abs_ps(_mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(s + d))), a);
+		float l[16];
+		_mm512_storeu_ps(l, a);
+		for (int i = 0; i < 16; i++) amax = l[i] > amax ? l[i] : amax;
+	}
+#elif defined(__AVX2__)
+	{
+		__m256 a = _mm256_setzero_ps(), mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+		for (; d + 8 <= D; d += 8)
+			a = _mm256_max_ps(_mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(s + d)), mask), a);
+		float l[8];
+		_mm256_storeu_ps(l, a);
+		for (int i = 0; i < 8; i++) amax = l[i] > amax ? l[i] : amax;
+	}
+#endif
+	for (; d < D; d++) {
 		float a = fabsf(q[d] * s[d]);
 		amax = a > amax ? a : amax;
 	}
-	float inv = amax > 0 ? (float)KVS_QMAX / amax : 0;
-	for (int d = 0; d < D; d++) {
+	float inv = amax > 0 ? QM / amax : 0;
+	d = 0;
+#if defined(__AVX512F__)
+	{
+		__m512 iv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-QM), hi = _mm512_set1_ps(QM);
+		for (; d + 16 <= D; d += 16) {
+			__m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(s + d)), iv);
+			x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+			_mm256_storeu_si256((__m256i *)(Q + d), _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(x)));
+		}
+	}
+#elif defined(__AVX2__)
+	{
+		__m256 iv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-QM), hi = _mm256_set1_ps(QM);
+		for (; d + 16 <= D; d += 16) {
+			__m256 x0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(s + d)), iv);
+			__m256 x1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(s + d + 8)), iv);
+			x0 = _mm256_min_ps(_mm256_max_ps(x0, lo), hi), x1 = _mm256_min_ps(_mm256_max_ps(x1, lo), hi);
+			__m256i p = _mm256_packs_epi32(_mm256_cvtps_epi32(x0), _mm256_cvtps_epi32(x1));
+			_mm256_storeu_si256((__m256i *)(Q + d), _mm256_permute4x64_epi64(p, 0xD8));
+		}
+	}
+#endif
+	for (; d < D; d++) {
+		/* max(x, -QM) then min(., QM), as the SIMD lanes: NaN becomes -QM. */
 		float x = q[d] * s[d] * inv;
-		x = x >= -(float)KVS_QMAX ? (x <= (float)KVS_QMAX ? x : (float)KVS_QMAX) : -(float)KVS_QMAX;
+		x = x > -QM ? x : -QM;
+		x = x < QM ? x : QM;
 		Q[d] = (int16_t)rintf(x);
 	}
-	for (int d = D; d < Dp; d++) Q[d] = 0;
-	return amax / (float)KVS_QMAX;
+	for (; d < Dp; d++) Q[d] = 0;
+	return amax / QM;
 }
 
 /* group_scores scores tokens t0..t0+n-1 (slots of layer-block lb, one key
@@ -244,29 +312,50 @@ static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, i
 }
 
 #if defined(__AVX512F__)
-/* vsum_tile adds, for hn <= H query heads, out_h += (w_h[i]*inv_h) * row_i
- * for the tile's n rows in order (each product rounded, then added), with
- * the H*C 16-lane sums (C = head_dim/16) in registers between out's load
- * and store: C and H are constants at each call. rows[i] are f32 (kind 0)
- * or f16/bf16 bits (kind 1, 2). */
-static inline __attribute__((always_inline)) void vsum_tile(const int C, const int H, const void *const *rows, int kind, int n,
-                                                            const float *w, int64_t m, const float *inv, int hn, float *out) {
+/* vsum_tile adds, for H query heads, out_h += (w_h[i]*inv_h) * row_i for the
+ * tile's n rows in order (each product rounded, then added), with the H*C
+ * 16-lane sums (C = head_dim/16) in registers between out's load and store:
+ * C, H and kind are constants at each call. rows[i] are f32 (kind 0) or
+ * f16/bf16 bits (kind 1, 2). */
+static inline __attribute__((always_inline)) void vsum_tile(const int C, const int H, const int kind, const void *const *rows, int n,
+                                                            const float *w, int64_t m, const float *inv, float *out) {
 	int D = 16 * C;
-	__m512 acc[H][C];
+	/* Fixed sizes (H*C <= 16): C and H are not constant expressions, and a
+	 * variable-length array would live in memory. */
+	__m512 acc[16], pr[4];
 	for (int h = 0; h < H; h++)
-		for (int c = 0; c < C; c++) acc[h][c] = h < hn ? _mm512_loadu_ps(out + h * D + 16 * c) : _mm512_setzero_ps();
+		for (int c = 0; c < C; c++) acc[h * C + c] = _mm512_loadu_ps(out + h * D + 16 * c);
 	for (int i = 0; i < n; i++) {
-		__m512 vr[C];
-		for (int c = 0; c < C; c++) vr[c] = load16(rows[i], kind, 16 * c);
-		for (int h = 0; h < H; h++) {
-			if (h >= hn) break;
-			__m512 pr = _mm512_set1_ps(w[(int64_t)h * m + i] * inv[h]);
-			for (int c = 0; c < C; c++) acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(pr, vr[c]));
+		for (int h = 0; h < H; h++) pr[h] = _mm512_set1_ps(w[(int64_t)h * m + i] * inv[h]);
+		for (int c = 0; c < C; c++) {
+			__m512 vr = load16(rows[i], kind, 16 * c);
+			for (int h = 0; h < H; h++) acc[h * C + c] = _mm512_add_ps(acc[h * C + c], _mm512_mul_ps(pr[h], vr));
 		}
 	}
-	for (int h = 0; h < H && h < hn; h++)
-		for (int c = 0; c < C; c++) _mm512_storeu_ps(out + h * D + 16 * c, acc[h][c]);
+	for (int h = 0; h < H; h++)
+		for (int c = 0; c < C; c++) _mm512_storeu_ps(out + h * D + 16 * c, acc[h * C + c]);
 }
+
+/* vsum_tile's instances, one function each: [head dim 64, 128, 256][kind]
+ * for H = 4, 2, 1 heads a pass (16 accumulators), and for one head. */
+typedef void (*vsum_fn)(const void *const *, int, const float *, int64_t, const float *, float *);
+#define KVS_VSUM_FN(name, C, H, kind)                                                                                   \
+	static void name(const void *const *rows, int n, const float *w, int64_t m, const float *inv, float *out) {       \
+		vsum_tile(C, H, kind, rows, n, w, m, inv, out);                                                                 \
+	}
+#define KVS_VSUM_KINDS(D, C, H)                                                                                         \
+	KVS_VSUM_FN(vsum##D##_0, C, H, 0)                                                                                   \
+	KVS_VSUM_FN(vsum##D##_1, C, H, 1)                                                                                   \
+	KVS_VSUM_FN(vsum##D##_2, C, H, 2) KVS_VSUM_FN(vsum##D##h_0, C, 1, 0) KVS_VSUM_FN(vsum##D##h_1, C, 1, 1)             \
+	    KVS_VSUM_FN(vsum##D##h_2, C, 1, 2)
+KVS_VSUM_KINDS(64, 4, 4)
+KVS_VSUM_KINDS(128, 8, 2)
+KVS_VSUM_KINDS(256, 16, 1)
+#undef KVS_VSUM_KINDS
+#undef KVS_VSUM_FN
+static const vsum_fn vsum_fns[3][2][3] = {{{vsum64_0, vsum64_1, vsum64_2}, {vsum64h_0, vsum64h_1, vsum64h_2}},
+                                          {{vsum128_0, vsum128_1, vsum128_2}, {vsum128h_0, vsum128h_1, vsum128h_2}},
+                                          {{vsum256_0, vsum256_1, vsum256_2}, {vsum256h_0, vsum256h_1, vsum256h_2}}};
 #endif
 
 static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
@@ -283,9 +372,15 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 		for (int g = head0 / group; g < head1 / group; g++) {
 			const float *qg = q + (r * heads + (int64_t)g * group) * D;
 			float *og = out + (r * heads + (int64_t)g * group) * D;
+			int pf = p0 + 1; /* positions before pf are prefetched */
 			for (int p = p0; p < np;) {
 				int j = p / B, t = p % B;
 				int64_t lb = (int64_t)layer * k->blocks + tab[j];
+				if (pf < np && pf < p + 2 * KVS_TILE) {
+					int e = p + 3 * KVS_TILE < np ? p + 3 * KVS_TILE : np;
+					prefetch_rows(k, layer, tab, g, pf, e);
+					pf = e;
+				}
 				if (k->key) {
 					/* The rest of the key group (or of the window). */
 					int G = k->group, gi = t / G, te = (gi + 1) * G < B ? (gi + 1) * G : B, nt = te - t;
@@ -344,6 +439,8 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 				const void *rows[KVS_TILE];
 				for (int pa = p0; pa < np; pa += KVS_TILE) {
 					int tn = np - pa < KVS_TILE ? np - pa : KVS_TILE;
+					if (pa == p0) prefetch_rows(v, layer, tab, g, pa, pa + tn);
+					if (pa + tn < np) prefetch_rows(v, layer, tab, g, pa + tn, np - pa - tn < KVS_TILE ? np : pa + tn + KVS_TILE);
 					for (int i = 0; i < tn; i++) {
 						int p = pa + i, j = p / B, t = p % B;
 						int64_t lb = (int64_t)layer * v->blocks + tab[j];
@@ -352,15 +449,11 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 						else
 							rows[i] = value_row(v, lb, g, t, fp8tab, vt + i * D);
 					}
-					for (int h0 = 0; h0 < group; h0 += H) {
-						int hn = group - h0 < H ? group - h0 : H;
-						const float *pw = scratch + (int64_t)h0 * m + pa - p0;
-						float *oh = og + (int64_t)h0 * D;
-						switch (D) {
-						case 64: vsum_tile(4, 4, rows, kind, tn, pw, m, inv + h0, hn, oh); break;
-						case 128: vsum_tile(8, 2, rows, kind, tn, pw, m, inv + h0, hn, oh); break;
-						default: vsum_tile(16, 1, rows, kind, tn, pw, m, inv + h0, hn, oh); break;
-						}
+					const vsum_fn(*fn)[3] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
+					for (int h0 = 0; h0 < group;) {
+						int hn = group - h0 < H ? 1 : H;
+						fn[hn == H ? 0 : 1][kind](rows, tn, scratch + (int64_t)h0 * m + pa - p0, m, inv + h0, og + (int64_t)h0 * D);
+						h0 += hn;
 					}
 				}
 				continue;

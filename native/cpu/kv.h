@@ -42,12 +42,32 @@ static inline int64_t kvs_key_scale_index(const struct kvs_kv_plane *p, int64_t 
  * (+ z[d]), the values kvs_decode_row uses. */
 static inline void kvs_key_group_scales(const struct kvs_kv_plane *p, int64_t lb, int h, int g, float *s, float *z) {
 	const uint8_t *sc = (const uint8_t *)p->scale + kvs_key_scale_index(p, lb, h, g);
+	int D = p->head_dim, d = 0;
 	if (p->prec == KVS_KV_INT4) {
 		const uint8_t *zp = (const uint8_t *)p->zero + kvs_key_scale_index(p, lb, h, g);
-		for (int d = 0; d < p->head_dim; d++) s[d] = kvs_s8(sc[d]), z[d] = kvs_z8(zp[d]);
+#if defined(__AVX512F__)
+		for (; d + 16 <= D; d += 16) {
+			__m256i s16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(sc + d)));
+			__m256i z16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(zp + d)));
+			_mm512_storeu_ps(s + d, _mm512_cvtph_ps(_mm256_slli_epi16(s16, 7)));
+			_mm512_storeu_ps(z + d, _mm512_cvtph_ps(_mm256_slli_epi16(z16, 8)));
+		}
+#endif
+		for (; d < D; d++) s[d] = kvs_s8(sc[d]), z[d] = kvs_z8(zp[d]);
 		return;
 	}
-	for (int d = 0; d < p->head_dim; d++) s[d] = kvs_key_scale(sc, d);
+#if defined(__AVX512F__)
+	__m512 base = _mm512_set1_ps(kvs_s8(sc[0])), sixteenth = _mm512_set1_ps(1.0f / 16);
+	for (; d + 16 <= D; d += 16) {
+		long long w;
+		memcpy(&w, sc + 1 + d / 2, 8);
+		__m128i b = _mm_cvtsi64_si128(w);
+		__m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+		__m512 r = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), _mm512_set1_epi32(1)));
+		_mm512_storeu_ps(s + d, _mm512_mul_ps(_mm512_mul_ps(base, r), sixteenth));
+	}
+#endif
+	for (; d < D; d++) s[d] = kvs_key_scale(sc, d);
 }
 
 /* kvs_byte_resid: int8 and fp8 keys keep only the high byte of each f16
