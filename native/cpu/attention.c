@@ -231,6 +231,65 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int16_t 
 	return amax / QM;
 }
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+/* The VNNI path (head dims a multiple of 32) sums no lanes across: a tile's
+ * tn <= 16 key rows are gathered four bytes a token into registers of
+ * sixteen tokens (int8 codes plus 128, as unsigned bytes; int4 bytes split
+ * into their even and odd channels' nibbles), and each head's Q, split as
+ * 128*Qh + Ql (Qh in -128..127, Ql in 0..127), takes two vpdpbusd a
+ * register, lane t summing token t. The sums wrap in uint32 (the int8 codes'
+ * offset times sum(Q) may pass 2^31) to the exact int32 sum. */
+static int expand_tile(int prec, const uint8_t *src, int64_t row_bytes, int tn, int D, __m512i *kt) {
+	__mmask16 mk = tn >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tn) - 1);
+	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)row_bytes));
+	int nd = prec == KVS_KV_INT8 ? D / 4 : D / 8;
+	for (int j = 0; j < nd; j++) {
+		__m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, src + 4 * j, 1);
+		if (prec == KVS_KV_INT8) {
+			kt[j] = _mm512_xor_si512(x, _mm512_set1_epi8((char)0x80));
+		} else {
+			kt[2 * j] = _mm512_and_si512(x, _mm512_set1_epi8(15));
+			kt[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi32(x, 4), _mm512_set1_epi8(15));
+		}
+	}
+	return D / 4;
+}
+
+/* split_query writes Q's Qh and Ql bytes in the order of expand_tile's
+ * registers (int4: channels 0,2,4,6 then 1,3,5,7 of each eight) and returns
+ * sum(Q). */
+static int32_t split_query(int prec, const int16_t *Q, int D, int8_t *qh, int8_t *ql) {
+	__m512i perm = _mm512_setzero_si512(), sum = _mm512_setzero_si512();
+	if (prec == KVS_KV_INT4) {
+		int16_t pi[32];
+		for (int p = 0; p < 32; p++) pi[p] = (int16_t)((p & ~7) + 2 * (p & 3) + ((p >> 2) & 1));
+		perm = _mm512_loadu_si512((const void *)pi);
+	}
+	for (int d = 0; d < D; d += 32) {
+		__m512i x = _mm512_loadu_si512((const void *)(Q + d));
+		if (prec == KVS_KV_INT4) x = _mm512_permutexvar_epi16(perm, x);
+		sum = _mm512_add_epi32(sum, _mm512_madd_epi16(x, _mm512_set1_epi16(1)));
+		_mm256_storeu_si256((__m256i *)(qh + d), _mm512_cvtepi16_epi8(_mm512_srai_epi16(x, 7)));
+		_mm256_storeu_si256((__m256i *)(ql + d), _mm512_cvtepi16_epi8(_mm512_and_si512(x, _mm512_set1_epi16(127))));
+	}
+	return _mm512_reduce_add_epi32(sum);
+}
+
+/* tile_isums returns the sixteen lanes' exact sums of the nr registers kt
+ * times the query bytes. */
+static inline __m512i tile_isums(const __m512i *kt, int nr, const int8_t *qh, const int8_t *ql, int32_t offset) {
+	__m512i ah = _mm512_setzero_si512(), al = _mm512_setzero_si512();
+	for (int j = 0; j < nr; j++) {
+		int32_t h4, l4;
+		memcpy(&h4, qh + 4 * j, 4);
+		memcpy(&l4, ql + 4 * j, 4);
+		ah = _mm512_dpbusd_epi32(ah, kt[j], _mm512_set1_epi32(h4));
+		al = _mm512_dpbusd_epi32(al, kt[j], _mm512_set1_epi32(l4));
+	}
+	return _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(ah, 7), al), _mm512_set1_epi32(offset));
+}
+#endif
+
 /* group_scores scores tokens t0..t0+n-1 (slots of layer-block lb, one key
  * group gi of KV head g, quantized) for the group's query heads: sc[hh*m + i]
  * for token t0+i. */
@@ -251,6 +310,28 @@ static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi
 	}
 	int16_t cb[KVS_TILE * KVS_MAX_HEAD_DIM], Q[KVS_MAX_HEAD_DIM];
 	int32_t isum[KVS_TILE];
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+	if (D % 32 == 0) {
+		__m512i kt[KVS_MAX_HEAD_DIM / 4];
+		int8_t qhb[KVS_MAX_HEAD_DIM], qlb[KVS_MAX_HEAD_DIM];
+		for (int i0 = 0; i0 < n; i0 += KVS_TILE) {
+			int tn = n - i0 < KVS_TILE ? n - i0 : KVS_TILE;
+			int nr = expand_tile(k->prec, src + (int64_t)i0 * k->row_bytes, k->row_bytes, tn, D, kt);
+			for (int hh = 0; hh < group; hh++) {
+				const float *qh = qg + (int64_t)hh * D;
+				float qd = quant_query(qh, s, D, Dp, Q);
+				float cz = k->prec == KVS_KV_INT4 ? dot_any(z, 0, qh, D) : 0.0f;
+				int32_t sq = split_query(k->prec, Q, D, qhb, qlb);
+				/* int8: the codes' offset, 128*sum(Q), in uint32. */
+				int32_t off = k->prec == KVS_KV_INT8 ? (int32_t)((uint32_t)sq * 128u) : 0;
+				__m512 f = _mm512_cvtepi32_ps(tile_isums(kt, nr, qhb, qlb, off));
+				f = _mm512_mul_ps(_mm512_add_ps(_mm512_mul_ps(f, _mm512_set1_ps(qd)), _mm512_set1_ps(cz)), _mm512_set1_ps(scale));
+				_mm512_mask_storeu_ps(sc + hh * m + i0, tn >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tn) - 1), f);
+			}
+		}
+		return;
+	}
+#endif
 	for (int i0 = 0; i0 < n; i0 += KVS_TILE) {
 		int tn = n - i0 < KVS_TILE ? n - i0 : KVS_TILE;
 		widen_codes(k->prec, src + (int64_t)i0 * k->row_bytes, k->row_bytes, tn, D, Dp, cb);
