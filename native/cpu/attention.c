@@ -393,13 +393,28 @@ static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, i
 }
 
 #if defined(__AVX512F__)
+/* vrow16 returns values 16c..16c+15 of a tile's row: f32 (kind 0), f16 or
+ * bf16 bits (1, 2), or int8 or int4 codes of one value group with scale sv
+ * (and zero mv) decoded as value_row does (3, 4). */
+static inline __attribute__((always_inline)) __m512 vrow16(const int kind, const void *row, int c, __m512 sv, __m512 mv) {
+	if (kind <= 2) return load16(row, kind, 16 * c);
+	const uint8_t *b = (const uint8_t *)row;
+	if (kind == 3) return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 16 * c)))), sv);
+	long long w;
+	memcpy(&w, b + 8 * c, 8);
+	__m128i x = _mm_cvtsi64_si128(w);
+	__m128i lo = _mm_and_si128(x, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(x, 4), _mm_set1_epi8(15));
+	return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))), sv), mv);
+}
+
 /* vsum_tile adds, for H query heads, out_h += (w_h[i]*inv_h) * row_i for the
  * tile's n rows in order (each product rounded, then added), with the H*C
  * 16-lane sums (C = head_dim/16) in registers between out's load and store:
- * C, H and kind are constants at each call. rows[i] are f32 (kind 0) or
- * f16/bf16 bits (kind 1, 2). */
-static inline __attribute__((always_inline)) void vsum_tile(const int C, const int H, const int kind, const void *const *rows, int n,
-                                                            const float *w, int64_t m, const float *inv, float *out) {
+ * C, H and kind are constants at each call; rs, rz are the rows' scales and
+ * zero points (kinds 3, 4). */
+static inline __attribute__((always_inline)) void vsum_tile(const int C, const int H, const int kind, const void *const *rows,
+                                                            const float *rs, const float *rz, int n, const float *w, int64_t m,
+                                                            const float *inv, float *out) {
 	int D = 16 * C;
 	/* Fixed sizes (H*C <= 16): C and H are not constant expressions, and a
 	 * variable-length array would live in memory. */
@@ -407,9 +422,10 @@ static inline __attribute__((always_inline)) void vsum_tile(const int C, const i
 	for (int h = 0; h < H; h++)
 		for (int c = 0; c < C; c++) acc[h * C + c] = _mm512_loadu_ps(out + h * D + 16 * c);
 	for (int i = 0; i < n; i++) {
+		__m512 sv = _mm512_set1_ps(kind >= 3 ? rs[i] : 0), mv = _mm512_set1_ps(kind == 4 ? rz[i] : 0);
 		for (int h = 0; h < H; h++) pr[h] = _mm512_set1_ps(w[(int64_t)h * m + i] * inv[h]);
 		for (int c = 0; c < C; c++) {
-			__m512 vr = load16(rows[i], kind, 16 * c);
+			__m512 vr = vrow16(kind, rows[i], c, sv, mv);
 			for (int h = 0; h < H; h++) acc[h * C + c] = _mm512_add_ps(acc[h * C + c], _mm512_mul_ps(pr[h], vr));
 		}
 	}
@@ -417,26 +433,30 @@ static inline __attribute__((always_inline)) void vsum_tile(const int C, const i
 		for (int c = 0; c < C; c++) _mm512_storeu_ps(out + h * D + 16 * c, acc[h * C + c]);
 }
 
-/* vsum_tile's instances, one function each: [head dim 64, 128, 256][kind]
- * for H = 4, 2, 1 heads a pass (16 accumulators), and for one head. */
-typedef void (*vsum_fn)(const void *const *, int, const float *, int64_t, const float *, float *);
-#define KVS_VSUM_FN(name, C, H, kind)                                                                                   \
-	static void name(const void *const *rows, int n, const float *w, int64_t m, const float *inv, float *out) {       \
-		vsum_tile(C, H, kind, rows, n, w, m, inv, out);                                                                 \
+/* vsum_tile's instances, one function each: [head dim 64, 128, 256][H = 4,
+ * 2, 1 heads a pass (16 accumulators), or one head][kind]. */
+typedef void (*vsum_fn)(const void *const *, const float *, const float *, int, const float *, int64_t, const float *, float *);
+#define KVS_VSUM_FN(name, C, H, kind)                                                                                      \
+	static void name(const void *const *rows, const float *rs, const float *rz, int n, const float *w, int64_t m,        \
+	                 const float *inv, float *out) {                                                                     \
+		vsum_tile(C, H, kind, rows, rs, rz, n, w, m, inv, out);                                                        \
 	}
-#define KVS_VSUM_KINDS(D, C, H)                                                                                         \
-	KVS_VSUM_FN(vsum##D##_0, C, H, 0)                                                                                   \
-	KVS_VSUM_FN(vsum##D##_1, C, H, 1)                                                                                   \
-	KVS_VSUM_FN(vsum##D##_2, C, H, 2) KVS_VSUM_FN(vsum##D##h_0, C, 1, 0) KVS_VSUM_FN(vsum##D##h_1, C, 1, 1)             \
-	    KVS_VSUM_FN(vsum##D##h_2, C, 1, 2)
-KVS_VSUM_KINDS(64, 4, 4)
-KVS_VSUM_KINDS(128, 8, 2)
-KVS_VSUM_KINDS(256, 16, 1)
+#define KVS_VSUM_KINDS(name, C, H)                                                                                         \
+	KVS_VSUM_FN(name##_0, C, H, 0)                                                                                         \
+	KVS_VSUM_FN(name##_1, C, H, 1)                                                                                         \
+	KVS_VSUM_FN(name##_2, C, H, 2) KVS_VSUM_FN(name##_3, C, H, 3) KVS_VSUM_FN(name##_4, C, H, 4)
+KVS_VSUM_KINDS(vsum64, 4, 4)
+KVS_VSUM_KINDS(vsum64h, 4, 1)
+KVS_VSUM_KINDS(vsum128, 8, 2)
+KVS_VSUM_KINDS(vsum128h, 8, 1)
+KVS_VSUM_KINDS(vsum256, 16, 1)
 #undef KVS_VSUM_KINDS
 #undef KVS_VSUM_FN
-static const vsum_fn vsum_fns[3][2][3] = {{{vsum64_0, vsum64_1, vsum64_2}, {vsum64h_0, vsum64h_1, vsum64h_2}},
-                                          {{vsum128_0, vsum128_1, vsum128_2}, {vsum128h_0, vsum128h_1, vsum128h_2}},
-                                          {{vsum256_0, vsum256_1, vsum256_2}, {vsum256h_0, vsum256h_1, vsum256h_2}}};
+#define KVS_VSUM_ROW(name) {name##_0, name##_1, name##_2, name##_3, name##_4}
+static const vsum_fn vsum_fns[3][2][5] = {{KVS_VSUM_ROW(vsum64), KVS_VSUM_ROW(vsum64h)},
+                                          {KVS_VSUM_ROW(vsum128), KVS_VSUM_ROW(vsum128h)},
+                                          {KVS_VSUM_ROW(vsum256), KVS_VSUM_ROW(vsum256)}};
+#undef KVS_VSUM_ROW
 #endif
 
 static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
@@ -515,9 +535,13 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 				 * decoded once, then H heads a pass take it from L1,
 				 * H*D/16 accumulators in registers. */
 				const int H = D == 64 ? 4 : D == 128 ? 2 : 1;
-				int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : 0;
-				float vt[KVS_TILE * 256];
+				/* int8 and int4 rows whose head lies in one value group
+				 * are decoded in registers (kinds 3, 4). */
+				int one = v->group % D == 0;
+				int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : v->prec == KVS_KV_INT8 && one ? 3 : v->prec == KVS_KV_INT4 && one ? 4 : 0;
+				float vt[KVS_TILE * 256], rs[KVS_TILE], rz[KVS_TILE];
 				const void *rows[KVS_TILE];
+				const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
 				for (int pa = p0; pa < np; pa += KVS_TILE) {
 					int tn = np - pa < KVS_TILE ? np - pa : KVS_TILE;
 					if (pa == p0) prefetch_rows(v, layer, tab, g, pa, pa + tn);
@@ -525,15 +549,20 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 					for (int i = 0; i < tn; i++) {
 						int p = pa + i, j = p / B, t = p % B;
 						int64_t lb = (int64_t)layer * v->blocks + tab[j];
-						if (kind)
+						if (kind == 1 || kind == 2) {
 							rows[i] = (const uint16_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
-						else
+						} else if (kind) {
+							int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups + (int64_t)g * D / v->group;
+							rows[i] = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * v->row_bytes;
+							rs[i] = kvs_s8(((const uint8_t *)v->scale)[si]);
+							rz[i] = kind == 4 ? kvs_z8(((const uint8_t *)v->zero)[si]) : 0;
+						} else {
 							rows[i] = value_row(v, lb, g, t, fp8tab, vt + i * D);
+						}
 					}
-					const vsum_fn(*fn)[3] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
 					for (int h0 = 0; h0 < group;) {
 						int hn = group - h0 < H ? 1 : H;
-						fn[hn == H ? 0 : 1][kind](rows, tn, scratch + (int64_t)h0 * m + pa - p0, m, inv + h0, og + (int64_t)h0 * D);
+						fn[hn == H ? 0 : 1][kind](rows, rs, rz, tn, scratch + (int64_t)h0 * m + pa - p0, m, inv + h0, og + (int64_t)h0 * D);
 						h0 += hn;
 					}
 				}
