@@ -6,9 +6,10 @@
  * sixteen-lane order of simd.h's dot_any). A quantized int8/int4 key group
  * is scored with exact integer dot products instead: per query head and key
  * group the channel scales are folded into the query, q'[d] = q[d]*s[d],
- * which is rounded to int16 codes Q[d] = rint(q'[d]*KVS_QMAX/amax) (amax the
- * largest |q'[d]|, step qd = amax/KVS_QMAX); a token's score is then
- * ((float)(sum_d Q[d]*code[d]) * qd + cz) * scale, with cz = 0 for int8 and
+ * which is rounded to 22-bit codes X[d] = rint(q'[d]*KVS_QX/amax) = 128*Q[d]
+ * + Qc[d] (amax the largest |q'[d]|, step qd = amax/KVS_QX); a token's score
+ * is then (((float)S*128 + (float)Sc) * qd + cz) * scale, with S and Sc the
+ * sums of Q[d]*code[d] and Qc[d]*code[d], cz = 0 for int8 and
  * for int4 the float dot product of q with the group's zero points. The
  * integer sums are exact in every lane order, so each path computes them its
  * own way (AVX-512 and AVX2 on sixteen or eight tokens at once, summed
@@ -21,9 +22,10 @@
 #include "kv.h"
 #include "simd.h"
 
-/* KVS_QMAX is the largest |Q[d]|: D <= 1024 products of it and a code
- * (|code| <= 128) sum within int32. */
-#define KVS_QMAX 16383
+/* KVS_QX is the largest |X[d]| of a query's 22-bit codes, 128*16383 + 127:
+ * D <= 1024 products of X>>7 (or of its low 7 bits) and a code (|code| <=
+ * 128) sum within int32. */
+#define KVS_QX 2097151
 /* KVS_TILE tokens of a key group are widened and scored at a time. */
 #define KVS_TILE 16
 
@@ -166,12 +168,13 @@ static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_
 }
 #endif
 
-/* quant_query rounds q'[d] = q[d]*s[d] to int16 codes Q (zero past D) and
- * returns their step: amax, the largest |q'[d]| (exact in any order), then
- * Q[d] = rint(clamp(q'[d]*(KVS_QMAX/amax))), each path with the same
- * operations. */
-static float quant_query(const float *q, const float *s, int D, int Dp, int16_t *Q) {
-	const float QM = (float)KVS_QMAX;
+/* quant_query rounds q'[d] = q[d]*s[d] to 22-bit codes X[d] =
+ * rint(clamp(q'[d]*(KVS_QX/amax))) (amax the largest |q'[d]|, exact in any
+ * order), split as X = 128*Q[d] + Qc[d] with Q in int16 (|Q| <= 16383) and
+ * Qc in 0..127 (zero past D); it returns the step amax/KVS_QX. Every path
+ * does the same operations. */
+static float quant_query(const float *q, const float *s, int D, int Dp, int16_t *Q, int16_t *Qc) {
+	const float QM = (float)KVS_QX;
 	float amax = 0;
 	int d = 0;
 #if defined(__AVX512F__)
@@ -204,19 +207,9 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int16_t 
 		__m512 iv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-QM), hi = _mm512_set1_ps(QM);
 		for (; d + 16 <= D; d += 16) {
 			__m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(s + d)), iv);
-			x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-			_mm256_storeu_si256((__m256i *)(Q + d), _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(x)));
-		}
-	}
-#elif defined(__AVX2__)
-	{
-		__m256 iv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-QM), hi = _mm256_set1_ps(QM);
-		for (; d + 16 <= D; d += 16) {
-			__m256 x0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(s + d)), iv);
-			__m256 x1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(s + d + 8)), iv);
-			x0 = _mm256_min_ps(_mm256_max_ps(x0, lo), hi), x1 = _mm256_min_ps(_mm256_max_ps(x1, lo), hi);
-			__m256i p = _mm256_packs_epi32(_mm256_cvtps_epi32(x0), _mm256_cvtps_epi32(x1));
-			_mm256_storeu_si256((__m256i *)(Q + d), _mm256_permute4x64_epi64(p, 0xD8));
+			__m512i X = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(x, lo), hi));
+			_mm256_storeu_si256((__m256i *)(Q + d), _mm512_cvtepi32_epi16(_mm512_srai_epi32(X, 7)));
+			_mm256_storeu_si256((__m256i *)(Qc + d), _mm512_cvtepi32_epi16(_mm512_and_si512(X, _mm512_set1_epi32(127))));
 		}
 	}
 #endif
@@ -225,9 +218,10 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int16_t 
 		float x = q[d] * s[d] * inv;
 		x = x > -QM ? x : -QM;
 		x = x < QM ? x : QM;
-		Q[d] = (int16_t)rintf(x);
+		int32_t X = (int32_t)rintf(x);
+		Q[d] = (int16_t)((X - (X & 127)) / 128), Qc[d] = (int16_t)(X & 127);
 	}
-	for (; d < Dp; d++) Q[d] = 0;
+	for (; d < Dp; d++) Q[d] = Qc[d] = 0;
 	return amax / QM;
 }
 
@@ -255,38 +249,45 @@ static int expand_tile(int prec, const uint8_t *src, int64_t row_bytes, int tn, 
 	return D / 4;
 }
 
-/* split_query writes Q's Qh and Ql bytes in the order of expand_tile's
- * registers (int4: channels 0,2,4,6 then 1,3,5,7 of each eight) and returns
- * sum(Q). */
-static int32_t split_query(int prec, const int16_t *Q, int D, int8_t *qh, int8_t *ql) {
-	__m512i perm = _mm512_setzero_si512(), sum = _mm512_setzero_si512();
+/* split_query writes Q's bytes Q>>7 and Q&127 (qa, qb) and Qc (qc) in the
+ * order of expand_tile's registers (int4: channels 0,2,4,6 then 1,3,5,7 of
+ * each eight); sums gets sum(Q) and sum(Qc). */
+static void split_query(int prec, const int16_t *Q, const int16_t *Qc, int D, int8_t *qa, int8_t *qb, int8_t *qc, int32_t *sums) {
+	__m512i perm = _mm512_setzero_si512(), s1 = _mm512_setzero_si512(), s2 = _mm512_setzero_si512(), one = _mm512_set1_epi16(1);
 	if (prec == KVS_KV_INT4) {
 		int16_t pi[32];
 		for (int p = 0; p < 32; p++) pi[p] = (int16_t)((p & ~7) + 2 * (p & 3) + ((p >> 2) & 1));
 		perm = _mm512_loadu_si512((const void *)pi);
 	}
 	for (int d = 0; d < D; d += 32) {
-		__m512i x = _mm512_loadu_si512((const void *)(Q + d));
-		if (prec == KVS_KV_INT4) x = _mm512_permutexvar_epi16(perm, x);
-		sum = _mm512_add_epi32(sum, _mm512_madd_epi16(x, _mm512_set1_epi16(1)));
-		_mm256_storeu_si256((__m256i *)(qh + d), _mm512_cvtepi16_epi8(_mm512_srai_epi16(x, 7)));
-		_mm256_storeu_si256((__m256i *)(ql + d), _mm512_cvtepi16_epi8(_mm512_and_si512(x, _mm512_set1_epi16(127))));
+		__m512i x = _mm512_loadu_si512((const void *)(Q + d)), c = _mm512_loadu_si512((const void *)(Qc + d));
+		if (prec == KVS_KV_INT4) x = _mm512_permutexvar_epi16(perm, x), c = _mm512_permutexvar_epi16(perm, c);
+		s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(x, one));
+		s2 = _mm512_add_epi32(s2, _mm512_madd_epi16(c, one));
+		_mm256_storeu_si256((__m256i *)(qa + d), _mm512_cvtepi16_epi8(_mm512_srai_epi16(x, 7)));
+		_mm256_storeu_si256((__m256i *)(qb + d), _mm512_cvtepi16_epi8(_mm512_and_si512(x, _mm512_set1_epi16(127))));
+		_mm256_storeu_si256((__m256i *)(qc + d), _mm512_cvtepi16_epi8(c));
 	}
-	return _mm512_reduce_add_epi32(sum);
+	sums[0] = _mm512_reduce_add_epi32(s1), sums[1] = _mm512_reduce_add_epi32(s2);
 }
 
-/* tile_isums returns the sixteen lanes' exact sums of the nr registers kt
- * times the query bytes. */
-static inline __m512i tile_isums(const __m512i *kt, int nr, const int8_t *qh, const int8_t *ql, int32_t offset) {
-	__m512i ah = _mm512_setzero_si512(), al = _mm512_setzero_si512();
+/* tile_isums sets S (sum code*Q) and Sc (sum code*Qc) for the sixteen
+ * lanes from the nr registers kt, less the codes' offset times sum(Q) and
+ * sum(Qc) (int8), wrapping to the exact int32 sums. */
+static inline void tile_isums(const __m512i *kt, int nr, const int8_t *qa, const int8_t *qb, const int8_t *qc, int32_t off1,
+                              int32_t off2, __m512i *S, __m512i *Sc) {
+	__m512i aa = _mm512_setzero_si512(), ab = _mm512_setzero_si512(), ac = _mm512_setzero_si512();
 	for (int j = 0; j < nr; j++) {
-		int32_t h4, l4;
-		memcpy(&h4, qh + 4 * j, 4);
-		memcpy(&l4, ql + 4 * j, 4);
-		ah = _mm512_dpbusd_epi32(ah, kt[j], _mm512_set1_epi32(h4));
-		al = _mm512_dpbusd_epi32(al, kt[j], _mm512_set1_epi32(l4));
+		int32_t a4, b4, c4;
+		memcpy(&a4, qa + 4 * j, 4);
+		memcpy(&b4, qb + 4 * j, 4);
+		memcpy(&c4, qc + 4 * j, 4);
+		aa = _mm512_dpbusd_epi32(aa, kt[j], _mm512_set1_epi32(a4));
+		ab = _mm512_dpbusd_epi32(ab, kt[j], _mm512_set1_epi32(b4));
+		ac = _mm512_dpbusd_epi32(ac, kt[j], _mm512_set1_epi32(c4));
 	}
-	return _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(ah, 7), al), _mm512_set1_epi32(offset));
+	*S = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(aa, 7), ab), _mm512_set1_epi32(off1));
+	*Sc = _mm512_sub_epi32(ac, _mm512_set1_epi32(off2));
 }
 #endif
 
@@ -308,23 +309,26 @@ static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi
 		}
 		return;
 	}
-	int16_t cb[KVS_TILE * KVS_MAX_HEAD_DIM], Q[KVS_MAX_HEAD_DIM];
-	int32_t isum[KVS_TILE];
+	int16_t cb[KVS_TILE * KVS_MAX_HEAD_DIM], Q[KVS_MAX_HEAD_DIM], Qc[KVS_MAX_HEAD_DIM];
+	int32_t isum[KVS_TILE], isc[KVS_TILE];
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 	if (D % 32 == 0) {
 		__m512i kt[KVS_MAX_HEAD_DIM / 4];
-		int8_t qhb[KVS_MAX_HEAD_DIM], qlb[KVS_MAX_HEAD_DIM];
+		int8_t qa[KVS_MAX_HEAD_DIM], qb[KVS_MAX_HEAD_DIM], qc[KVS_MAX_HEAD_DIM];
 		for (int i0 = 0; i0 < n; i0 += KVS_TILE) {
 			int tn = n - i0 < KVS_TILE ? n - i0 : KVS_TILE;
 			int nr = expand_tile(k->prec, src + (int64_t)i0 * k->row_bytes, k->row_bytes, tn, D, kt);
 			for (int hh = 0; hh < group; hh++) {
 				const float *qh = qg + (int64_t)hh * D;
-				float qd = quant_query(qh, s, D, Dp, Q);
+				float qd = quant_query(qh, s, D, Dp, Q, Qc);
 				float cz = k->prec == KVS_KV_INT4 ? dot_any(z, 0, qh, D) : 0.0f;
-				int32_t sq = split_query(k->prec, Q, D, qhb, qlb);
-				/* int8: the codes' offset, 128*sum(Q), in uint32. */
-				int32_t off = k->prec == KVS_KV_INT8 ? (int32_t)((uint32_t)sq * 128u) : 0;
-				__m512 f = _mm512_cvtepi32_ps(tile_isums(kt, nr, qhb, qlb, off));
+				int32_t sums[2];
+				split_query(k->prec, Q, Qc, D, qa, qb, qc, sums);
+				/* int8: the codes' offset, 128*sum, in uint32. */
+				int i8 = k->prec == KVS_KV_INT8;
+				__m512i S, Sc;
+				tile_isums(kt, nr, qa, qb, qc, i8 ? (int32_t)((uint32_t)sums[0] * 128u) : 0, i8 ? (int32_t)((uint32_t)sums[1] * 128u) : 0, &S, &Sc);
+				__m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(S), _mm512_set1_ps(128.0f)), _mm512_cvtepi32_ps(Sc));
 				f = _mm512_mul_ps(_mm512_add_ps(_mm512_mul_ps(f, _mm512_set1_ps(qd)), _mm512_set1_ps(cz)), _mm512_set1_ps(scale));
 				_mm512_mask_storeu_ps(sc + hh * m + i0, tn >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tn) - 1), f);
 			}
@@ -337,11 +341,12 @@ static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi
 		widen_codes(k->prec, src + (int64_t)i0 * k->row_bytes, k->row_bytes, tn, D, Dp, cb);
 		for (int hh = 0; hh < group; hh++) {
 			const float *qh = qg + (int64_t)hh * D;
-			float qd = quant_query(qh, s, D, Dp, Q);
+			float qd = quant_query(qh, s, D, Dp, Q, Qc);
 			float cz = k->prec == KVS_KV_INT4 ? dot_any(z, 0, qh, D) : 0.0f;
 			idot_rows(Q, cb, Dp, tn, isum);
+			idot_rows(Qc, cb, Dp, tn, isc);
 			float *o = sc + hh * m + i0;
-			for (int i = 0; i < tn; i++) o[i] = ((float)isum[i] * qd + cz) * scale;
+			for (int i = 0; i < tn; i++) o[i] = (((float)isum[i] * 128.0f + (float)isc[i]) * qd + cz) * scale;
 		}
 	}
 }

@@ -85,7 +85,7 @@ func seqStore(t testing.TB, r *rand.Rand, c attnCase, lens []int) (*kvstore.Stor
 //
 // A quantized Int8 or Int4 key group is scored with integer dot products
 // (native/cpu/attention.c): the query times the group's channel scales s_d,
-// rounded to int16 codes of step amax_d|q_d·s_d|/16383, times the keys'
+// rounded to 22-bit codes of step amax_d|q_d·s_d|/2097151, times the keys'
 // codes c_d = (k_d-z_d)/s_d, plus the float dot product of the query with
 // the zero points z_d (Int4). Its score is off by at most
 // scale·(step/2·Σ|c_d| + (D/16+8)·2^-23·(Σ|q_d·s_d·c_d| + Σ|q_d·z_d|)).
@@ -143,7 +143,7 @@ func refAttention(s *kvstore.Store, layer, heads, window int, scale float32, q [
 					codes += math.Abs(cd)
 					terms += math.Abs(float64(qv)*s[d]*cd) + math.Abs(float64(qv)*z[d])
 				}
-				e = amax/16383/2*codes + float64(D/16+8)*0x1p-23*terms
+				e = amax/2097151/2*codes + float64(D/16+8)*0x1p-23*terms
 			}
 			es = max(es, e*float64(scale))
 		}
