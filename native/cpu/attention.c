@@ -399,24 +399,25 @@ static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, i
 
 #if defined(__AVX512F__)
 /* vrow16 returns values 16c..16c+15 of a tile's row: f32 (kind 0), f16 or
- * bf16 bits (1, 2), or int8 or int4 codes of one value group with scale sv
- * (and zero mv) decoded as value_row does (3, 4). */
-static inline __attribute__((always_inline)) __m512 vrow16(const int kind, const void *row, int c, __m512 sv, __m512 mv) {
+ * bf16 bits (1, 2), or int8 or int4 codes of one value group with scale
+ * rs[c] (and zero rz[c]) decoded as value_row does (3, 4). */
+static inline __attribute__((always_inline)) __m512 vrow16(const int kind, const void *row, int c, const float *rs, const float *rz) {
 	if (kind <= 2) return load16(row, kind, 16 * c);
 	const uint8_t *b = (const uint8_t *)row;
+	__m512 sv = _mm512_set1_ps(rs[c]);
 	if (kind == 3) return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 16 * c)))), sv);
 	long long w;
 	memcpy(&w, b + 8 * c, 8);
 	__m128i x = _mm_cvtsi64_si128(w);
 	__m128i lo = _mm_and_si128(x, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(x, 4), _mm_set1_epi8(15));
-	return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))), sv), mv);
+	return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))), sv), _mm512_set1_ps(rz[c]));
 }
 
 /* vsum_tile adds, for H query heads, out_h += (w_h[i]*inv_h) * row_i for the
  * tile's n rows in order (each product rounded, then added), with the H*C
  * 16-lane sums (C = head_dim/16) in registers between out's load and store:
  * C, H and kind are constants at each call; rs, rz are the rows' scales and
- * zero points (kinds 3, 4). */
+ * zero points, 16 a row, one a 16 values (kinds 3, 4). */
 static inline __attribute__((always_inline)) void vsum_tile(const int C, const int H, const int kind, const void *const *rows,
                                                             const float *rs, const float *rz, int n, const float *w, int64_t m,
                                                             const float *inv, float *out) {
@@ -427,10 +428,9 @@ static inline __attribute__((always_inline)) void vsum_tile(const int C, const i
 	for (int h = 0; h < H; h++)
 		for (int c = 0; c < C; c++) acc[h * C + c] = _mm512_loadu_ps(out + h * D + 16 * c);
 	for (int i = 0; i < n; i++) {
-		__m512 sv = _mm512_set1_ps(kind >= 3 ? rs[i] : 0), mv = _mm512_set1_ps(kind == 4 ? rz[i] : 0);
 		for (int h = 0; h < H; h++) pr[h] = _mm512_set1_ps(w[(int64_t)h * m + i] * inv[h]);
 		for (int c = 0; c < C; c++) {
-			__m512 vr = vrow16(kind, rows[i], c, sv, mv);
+			__m512 vr = vrow16(kind, rows[i], c, rs + 16 * i, rz + 16 * i);
 			for (int h = 0; h < H; h++) acc[h * C + c] = _mm512_add_ps(acc[h * C + c], _mm512_mul_ps(pr[h], vr));
 		}
 	}
@@ -540,11 +540,11 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 				 * decoded once, then H heads a pass take it from L1,
 				 * H*D/16 accumulators in registers. */
 				const int H = D == 64 ? 4 : D == 128 ? 2 : 1;
-				/* int8 and int4 rows whose head lies in one value group
-				 * are decoded in registers (kinds 3, 4). */
-				int one = v->group % D == 0;
+				/* int8 and int4 rows whose value groups hold whole runs
+				 * of 16 values are decoded in registers (kinds 3, 4). */
+				int one = v->group % 16 == 0;
 				int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : v->prec == KVS_KV_INT8 && one ? 3 : v->prec == KVS_KV_INT4 && one ? 4 : 0;
-				float vt[KVS_TILE * 256], rs[KVS_TILE], rz[KVS_TILE];
+				float vt[KVS_TILE * 256], rs[KVS_TILE * 16], rz[KVS_TILE * 16];
 				const void *rows[KVS_TILE];
 				const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
 				for (int pa = p0; pa < np; pa += KVS_TILE) {
@@ -557,10 +557,13 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 						if (kind == 1 || kind == 2) {
 							rows[i] = (const uint16_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
 						} else if (kind) {
-							int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups + (int64_t)g * D / v->group;
+							int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
 							rows[i] = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * v->row_bytes;
-							rs[i] = kvs_s8(((const uint8_t *)v->scale)[si]);
-							rz[i] = kind == 4 ? kvs_z8(((const uint8_t *)v->zero)[si]) : 0;
+							for (int c = 0; c < D / 16; c++) {
+								int gg = (g * D + 16 * c) / v->group;
+								rs[16 * i + c] = kvs_s8(((const uint8_t *)v->scale)[si + gg]);
+								rz[16 * i + c] = kind == 4 ? kvs_z8(((const uint8_t *)v->zero)[si + gg]) : 0;
+							}
 						} else {
 							rows[i] = value_row(v, lb, g, t, fp8tab, vt + i * D);
 						}
