@@ -382,7 +382,9 @@ KVS_API int kvs_key_dequantize(const struct kvs_kv_plane *p, int64_t n, const in
  *     sharing one KV head (each decoded K and V row serves them all).
  * Scores run in position order: per position the float dot product of the
  * query head with the decoded key row, in the sixteen-lane order of
- * kvs_matmul's float types, times scale; then the
+ * kvs_matmul's float types, times scale (the host library scores a quantized
+ * int8/int4 key group with exact integer sums instead: the query times the
+ * group's channel scales rounded to 22-bit codes, cpu/attention.c); then the
  * max, exp (in float operations, within 2 ulps, as kvs_swiglu's), their
  * sum in double in position order, and
  * out = sum over positions, in order, of p_t*v_t (each product rounded, then
