@@ -379,11 +379,7 @@ static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, i
 				/* Sixteen values from an even dim: eight bytes. */
 				if (d & 1) buf[d] = (float)((src[d >> 1] >> 4) & 15) * s + mz, d++;
 				for (; d + 16 <= d1; d += 16) {
-					long long w;
-					memcpy(&w, src + d / 2, 8);
-					__m128i b = _mm_cvtsi64_si128(w);
-					__m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-					__m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+					__m512 q = _mm512_cvtepi32_ps(kvs_nibbles16(src + d / 2));
 					_mm512_storeu_ps(buf + d, _mm512_add_ps(_mm512_mul_ps(q, sv), mv));
 				}
 				for (; d < d1; d++) buf[d] = (float)((src[d >> 1] >> ((d & 1) * 4)) & 15) * s + mz;
@@ -406,11 +402,7 @@ static inline __attribute__((always_inline)) __m512 vrow16(const int kind, const
 	const uint8_t *b = (const uint8_t *)row;
 	__m512 sv = _mm512_set1_ps(rs[c]);
 	if (kind == 3) return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 16 * c)))), sv);
-	long long w;
-	memcpy(&w, b + 8 * c, 8);
-	__m128i x = _mm_cvtsi64_si128(w);
-	__m128i lo = _mm_and_si128(x, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(x, 4), _mm_set1_epi8(15));
-	return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))), sv), _mm512_set1_ps(rz[c]));
+	return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(kvs_nibbles16(b + 8 * c)), sv), _mm512_set1_ps(rz[c]));
 }
 
 /* vsum_tile adds, for H query heads, out_h += (w_h[i]*inv_h) * row_i for the

@@ -28,6 +28,17 @@ static inline float kvs_key_scale(const uint8_t *sc, int d) {
 	return kvs_s8(sc[0]) * (float)(((sc[1 + (d >> 1)] >> ((d & 1) * 4)) & 15) + 1) * (1.0f / 16);
 }
 
+#if defined(__AVX512F__)
+/* kvs_nibbles16 returns the sixteen 4-bit codes of the eight bytes at b
+ * (an even index in its byte's low nibble) as 32-bit integers. */
+static inline __m512i kvs_nibbles16(const uint8_t *b) {
+	long long w;
+	memcpy(&w, b, 8);
+	__m128i x = _mm_cvtsi64_si128(w), m15 = _mm_set1_epi8(15);
+	return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(_mm_and_si128(x, m15), _mm_and_si128(_mm_srli_epi16(x, 4), m15)));
+}
+#endif
+
 /* kvs_key_scale_index returns the index in scale of layer-block lb, head h,
  * key group g's scales of a key plane: head_dim E5M3 scales (int4), or
  * 1 + (head_dim+1)/2 bytes (int8, fp8). */
@@ -59,11 +70,7 @@ static inline void kvs_key_group_scales(const struct kvs_kv_plane *p, int64_t lb
 #if defined(__AVX512F__)
 	__m512 base = _mm512_set1_ps(kvs_s8(sc[0])), sixteenth = _mm512_set1_ps(1.0f / 16);
 	for (; d + 16 <= D; d += 16) {
-		long long w;
-		memcpy(&w, sc + 1 + d / 2, 8);
-		__m128i b = _mm_cvtsi64_si128(w);
-		__m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-		__m512 r = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), _mm512_set1_epi32(1)));
+		__m512 r = _mm512_cvtepi32_ps(_mm512_add_epi32(kvs_nibbles16(sc + 1 + d / 2), _mm512_set1_epi32(1)));
 		_mm512_storeu_ps(s + d, _mm512_mul_ps(_mm512_mul_ps(base, r), sixteenth));
 	}
 #endif
@@ -121,11 +128,7 @@ static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int 
 			/* Sixteen channels at a time: the 8-bit codes shifted into f16
 			 * bits and converted exactly, then the same multiply and add. */
 			for (; d + 16 <= D; d += 16) {
-				long long w;
-				memcpy(&w, src + d / 2, 8);
-				__m128i b = _mm_cvtsi64_si128(w);
-				__m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-				__m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+				__m512 q = _mm512_cvtepi32_ps(kvs_nibbles16(src + d / 2));
 				__m256i s16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(sc8 + si + d)));
 				__m256i z16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(z8 + si + d)));
 				__m512 s = _mm512_cvtph_ps(_mm256_slli_epi16(s16, 7)), m = _mm512_cvtph_ps(_mm256_slli_epi16(z16, 8));
@@ -144,11 +147,7 @@ static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int 
 		{
 			__m512 base = _mm512_set1_ps(kvs_s8(sc[0])), sixteenth = _mm512_set1_ps(1.0f / 16);
 			for (; d + 16 <= D; d += 16) {
-				long long w;
-				memcpy(&w, sc + 1 + d / 2, 8);
-				__m128i b = _mm_cvtsi64_si128(w);
-				__m128i lo = _mm_and_si128(b, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-				__m512 r = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), _mm512_set1_epi32(1)));
+				__m512 r = _mm512_cvtepi32_ps(_mm512_add_epi32(kvs_nibbles16(sc + 1 + d / 2), _mm512_set1_epi32(1)));
 				__m512 s = _mm512_mul_ps(_mm512_mul_ps(base, r), sixteenth);
 				__m512 q;
 				if (p->prec == KVS_KV_INT8) {
