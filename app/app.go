@@ -250,8 +250,14 @@ func (a *App) Engine() *engine.Engine {
 // setStatus shows a line at the top of the window.
 func (a *App) setStatus(s string) { a.status.SetText(strings.ReplaceAll(s, "\n", " ")) }
 
-// saveSettings writes the settings, reporting a failure in the status line.
+// saveSettings writes the settings, reporting a failure in the status line
+// (UI goroutine). After Close it writes nothing: the data folder's lock is
+// given up, so the folder may be another kvscope's by then (a Reconfigure
+// that was under way at Close reports after it, and used to save).
 func (a *App) saveSettings() {
+	if a.closed {
+		return
+	}
 	if err := a.st.SaveSettings(a.settings); err != nil {
 		a.setStatus("Saving the settings failed: " + err.Error())
 	}

@@ -2,6 +2,9 @@ package app
 
 import (
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -238,6 +241,46 @@ func TestLoadDoesNotRaceTheUI(t *testing.T) {
 			t.Errorf("problems left untold: %q", a.problems)
 		}
 	})
+}
+
+// After Close the app writes nothing into its data folder, whose lock it
+// gave up: a Reconfigure under way at Close reports after it, and its save
+// used to land while the folder was being removed (TestLoadDoesNotRaceTheUI
+// failed once in its TempDir cleanup: "directory not empty").
+func TestNothingIsSavedAfterClose(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := newApp(t, dir)
+	uithread.Locked(func() {
+		a.settings.HeatmapMode = "owner"
+		a.saveSettings()
+	})
+	files := func() map[string]string {
+		m := map[string]string{}
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			m[p] = string(b)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	uithread.Locked(a.Close)
+	before := files()
+	if len(before) == 0 {
+		t.Fatal("the settings saved before Close wrote no file")
+	}
+	uithread.Locked(func() {
+		a.settings.HeatmapMode = "recency"
+		a.saveSettings() // as a Reconfigure's report after Close does
+	})
+	if after := files(); !reflect.DeepEqual(before, after) {
+		t.Errorf("the data folder changed after Close:\nbefore %q\nafter  %q", before, after)
+	}
 }
 
 // The fallback's problem (saved settings this model cannot take) is told in
