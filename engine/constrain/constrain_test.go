@@ -498,7 +498,6 @@ func FuzzConstraints(f *testing.F) {
 	})
 }
 
-// TestSummarize checks a byte set's summary against its definition.
 // TestSummarize checks a class's summary (a group's bit where any of its
 // bytes is in the class) and inner summary (where all are) against their
 // definitions, on classes of single bytes and of ranges.
@@ -738,5 +737,37 @@ func TestMaskCache(t *testing.T) {
 	}
 	if total != g.maskBytes {
 		t.Errorf("the masks hold %d bytes, counted %d", total, g.maskBytes)
+	}
+}
+
+// TestAllowedClearsALongerMask checks that Allowed clears the whole of a
+// mask sized for a larger model vocabulary, as the engine allocates it,
+// on the text tokens' path, the trie's and a kept mask's.
+func TestAllowedClearsALongerMask(t *testing.T) {
+	v := NewVocab([]string{"", "a", "b", "ab", "ba", "aaa", "x", "\"", "é"})
+	for _, c := range []struct{ name, schema, prefix string }{
+		{"inside a string", `{"type":"string"}`, `"`},
+		{"a number", `{"type":"number"}`, ``},
+	} {
+		g := mustSchema(t, c.schema)
+		m := g.NewMatcher()
+		if !m.Advance(c.prefix) {
+			t.Fatalf("%s: %q refused", c.name, c.prefix)
+		}
+		for pass := range 2 { // the second pass takes the kept mask
+			mask := make([]uint64, v.MaskWords()+3)
+			for i := range mask {
+				mask[i] = ^uint64(0)
+			}
+			m.Allowed(v, mask)
+			for i, w := range mask[v.MaskWords():] {
+				if w != 0 {
+					t.Errorf("%s, pass %d: word %d past the vocabulary is %#x, want 0", c.name, pass, v.MaskWords()+i, w)
+				}
+			}
+			if last := mask[v.MaskWords()-1] >> (v.size & 63); v.size&63 != 0 && last != 0 {
+				t.Errorf("%s, pass %d: bits past the last token are set: %#x", c.name, pass, last)
+			}
+		}
 	}
 }

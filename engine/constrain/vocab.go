@@ -259,7 +259,8 @@ func (v *Vocab) Piece(id int) string {
 // MaskWords is the length of a mask over v: one bit per token id.
 func (v *Vocab) MaskWords() int { return (v.size + 63) / 64 }
 
-// Allowed sets in mask (MaskWords long, cleared here) the bit of every
+// Allowed sets in mask (at least MaskWords long, all of it cleared here:
+// a caller may size it for a larger model vocabulary) the bit of every
 // token whose bytes keep the output valid, and returns how many there are.
 // End-of-generation tokens are the caller's to add when Accepting.
 func (m *Matcher) Allowed(v *Vocab, mask []uint64) int {
@@ -311,7 +312,7 @@ func (c *cachedMask) bytes() int { return 8*len(c.bits) + 4*len(c.ids) }
 // put writes c to mask.
 func (c *cachedMask) put(mask []uint64) {
 	if c.bits != nil {
-		copy(mask, c.bits)
+		clear(mask[copy(mask, c.bits):])
 		return
 	}
 	clear(mask)
@@ -385,7 +386,7 @@ func (t *textTokens) mark(mask []uint64, d int) int {
 		return 0
 	}
 	level := min(d, len(t.atMost)-1)
-	copy(mask, t.atMost[level])
+	clear(mask[copy(mask, t.atMost[level]):])
 	n := t.count[level]
 	for k, id := range t.long {
 		if int(t.longLens[k]) > d {
