@@ -122,7 +122,7 @@ type shape struct {
 	data     int  // data bytes (or elements, for F32/F16/BF16) per layer and block
 	scales   int  // scales per layer and block (also the zero-point count when asym); for symmetric keys, bytes of keyScaleBytes a (head, group)
 	scale8   bool // scales are 8-bit E5M3 (Int8/Int4/FP8), not f16 (Q8_0)
-	asym     bool // an 8-bit E5M2 zero point (the group's minimum, rounded down) accompanies each scale (Int4)
+	asym     bool // an 8-bit E5M2 zero point (nearest the group's minimum) accompanies each scale (Int4)
 }
 
 // keyScaleBytes returns the scale bytes of one (head, key group) of

@@ -206,11 +206,12 @@ func keyScale(sc []uint8, d int) float32 {
 // quantGroup quantizes buf, [kvHead][tokenInGroup][dim] holding group g's gn
 // tokens of layer l, block b, per channel into data, scale and zero.
 //
-// Int4 keys take, per channel, an E5M2 zero point at the minimum rounded
-// down and an E5M3 scale (max-zero)/15 rounded up. Symmetric keys (Int8,
-// FP8) take one E5M3 base scale S for the (head, group), amax/qmax over all
-// its channels rounded up, and per channel the smallest multiplier r in
-// 0..15 with S*(r+1)/16 at least the channel's amax/qmax: its scale.
+// Int4 keys take, per channel, the E5M2 zero point nearest the minimum
+// and the E5M3 scale nearest (max-zero)/15 (groupScale; codes clamp).
+// Symmetric keys (Int8, FP8) take one E5M3 base scale S for the (head,
+// group), amax/qmax over all its channels rounded up, and per channel the
+// smallest multiplier r in 0..15 with S*(r+1)/16 at least the channel's
+// amax/qmax: its scale.
 func (p *keyPlane) quantGroup(l, b, g, gn int, buf []float32) {
 	D, H, lo := p.c.HeadDim, p.c.KVHeads, g*p.sh.group
 	lb := l*p.c.Blocks + b

@@ -23,8 +23,10 @@
 #include "simd.h"
 
 /* KVS_QX is the largest |X[d]| of a query's 22-bit codes, 128*16383 + 127:
- * D <= 1024 products of X>>7 (or of its low 7 bits) and a code (|code| <=
- * 128) sum within int32. */
+ * X>>7 lies in -16384..16383 and its low 7 bits in 0..127, so D <= 1024
+ * products of either with a stored code (|code| <= 127: int8 codes clamp
+ * to +-127, int4 codes are 0..15) sum within int32 (1024*16384*127 <
+ * 2^31). */
 #define KVS_QX 2097151
 /* KVS_TILE tokens of a key group are widened and scored at a time. */
 #define KVS_TILE 16
@@ -170,7 +172,7 @@ static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_
 
 /* quant_query rounds q'[d] = q[d]*s[d] to 22-bit codes X[d] =
  * rint(clamp(q'[d]*(KVS_QX/amax))) (amax the largest |q'[d]|, exact in any
- * order), split as X = 128*Q[d] + Qc[d] with Q in int16 (|Q| <= 16383) and
+ * order), split as X = 128*Q[d] + Qc[d] with Q in int16 (-16384..16383) and
  * Qc in 0..127 (zero past D); it returns the step amax/KVS_QX. Every path
  * does the same operations. */
 static float quant_query(const float *q, const float *s, int D, int Dp, int16_t *Q, int16_t *Qc) {
@@ -201,6 +203,7 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int16_t 
 		amax = a > amax ? a : amax;
 	}
 	float inv = amax > 0 ? QM / amax : 0;
+	if (!(inv < INFINITY)) inv = 0; /* amax under about 6e-33: every code 0 */
 	d = 0;
 #if defined(__AVX512F__)
 	{
