@@ -264,6 +264,8 @@ func (v *Vocab) MaskWords() int { return (v.size + 63) / 64 }
 // token whose bytes keep the output valid, and returns how many there are.
 // End-of-generation tokens are the caller's to add when Accepting.
 func (m *Matcher) Allowed(v *Vocab, mask []uint64) int {
+	clear(mask[v.MaskWords():])
+	mask = mask[:v.MaskWords()]
 	m.g.mu.Lock()
 	defer m.g.mu.Unlock()
 	if m.st == 0 {
@@ -312,7 +314,7 @@ func (c *cachedMask) bytes() int { return 8*len(c.bits) + 4*len(c.ids) }
 // put writes c to mask.
 func (c *cachedMask) put(mask []uint64) {
 	if c.bits != nil {
-		clear(mask[copy(mask, c.bits):])
+		copy(mask, c.bits)
 		return
 	}
 	clear(mask)
@@ -386,7 +388,7 @@ func (t *textTokens) mark(mask []uint64, d int) int {
 		return 0
 	}
 	level := min(d, len(t.atMost)-1)
-	clear(mask[copy(mask, t.atMost[level]):])
+	copy(mask, t.atMost[level])
 	n := t.count[level]
 	for k, id := range t.long {
 		if int(t.longLens[k]) > d {
