@@ -44,7 +44,7 @@
 // 15..6); Int4 value scales are signed E5M2 (bits 15..8, FP8's other
 // format). Int4 searches its codes by squared error (below). Bits a value,
 // counting them, for a head dim D, key group KG (default min(16,
-// BlockSize) for Int8 and FP8 keys, min(32, BlockSize) for Int4) and value
+// BlockSize)) and value
 // group VG (default 32 for Int8 and FP8 values, 16 for Int4, never more
 // than the KVHeads*D row); the last four columns are
 // stories260K (4 KV heads, D 8, block 32), parity-llama3 (1 KV head, D 32,
@@ -60,7 +60,7 @@
 //	           scale per head and a 4-bit multiplier a channel
 //	int8 V     per token row, groups of VG, symmetric         8 + 8/VG                8.25       8.25       8.25       8.25
 //	fp8 K, V   E4M3FN codes, scaled as int8 (scale absmax/448) as int8                8.31/8.25  8.27/8.25  8.26/8.25  8.25/8.25
-//	int4 K     per channel over KG tokens, asymmetric, E5M4   4 + 19/KG (D%8 == 0)    4.59       5.19       5.19       5.19
+//	int4 K     per channel over KG tokens, asymmetric, E5M4   4 + 19/KG (D%8 == 0)    5.19       5.19       5.19       5.19
 //	           scale and zero point searched 3×3
 //	int4 V     per token row rotated per head (Hadamard),     4 + 8/VG                4.5        4.5        4.5        4.5
 //	           groups of VG, IQ4_NL table, signed E5M2 scale
@@ -68,7 +68,7 @@
 // BitsPerValue computes these for a Config, BlockBytes the bytes of a block.
 // With the key residual counted once per 1,000-token sequence (below), int8
 // and fp8 hold 1.92× the tokens of f16 at D 8 to 128 (block 16 or 32),
-// int4 3.22× at block 16 and 3.34× at block 32; q8_0 holds 1.88×.
+// int4 3.22×; q8_0 holds 1.88×.
 //
 // Why these layouts. Int8 must hold at least 1.9× f16's tokens (at most
 // about 8.4 bits a value, residual included) at head dim 32 and block 16,
@@ -112,7 +112,8 @@
 // at block 16, mean KL falls from 0.035 to 0.0168 on parity-llama3, 0.0128
 // to 0.0080 on stories260K and 1.0e-3 to 5.7e-4 on gen-model "small", for
 // 0.69 more bits a key value and 0.25 a value value (3.22× f16 instead of
-// 3.28×); at block 32 (key groups of 32) it is 0.021, 0.017 and 6.2e-4.
+// 3.28×). Key groups of 32 at block 32 would hold 3.34× f16, but at a KL
+// of 0.021 on parity-llama3, so int4 keys take groups of 16 there too.
 //
 // Q8_0 follows ggml's quantize_row_q8_0: d = absmax/127 rounded to f16,
 // q = round(x/d) with the unrounded d, halves away from zero. When a token's
@@ -169,7 +170,7 @@
 // for Int8 and FP8 keys and twice that for Int4; a cache budget should
 // count it once per running sequence (SequenceBytes does), and
 // Store.Residuals reports what is held. At block size 32 this puts
-// 1000-token sequences at 1.92× (Int8, FP8) and 3.34× (Int4) the tokens of
+// 1000-token sequences at 1.92× (Int8, FP8) and 3.22× (Int4) the tokens of
 // f16 in the same memory for stories260K's shape and for 22 layers, 4 KV
 // heads, head dim 64 (TestCapacity).
 //
