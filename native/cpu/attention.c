@@ -392,12 +392,13 @@ static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi
 /* value_row returns head h, slot t of layer-block lb of value plane v as
  * floats: in place for f32, else decoded into buf (int8 rows with SIMD, the
  * same operations as kvs_decode_row; int4 rows still rotated,
- * kvs_int4_vrow). */
-static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, int h, int t, const float *fp8tab, float *buf) {
+ * kvs_int4_vrow, with dtab). */
+static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, int h, int t, const float *fp8tab, const float *dtab,
+                                     float *buf) {
 	int D = v->head_dim;
 	if (v->prec == KVS_KV_F32) return (const float *)v->data + lb * v->data_per_block + (int64_t)(h * v->block_size + t) * D;
 	if (v->prec == KVS_KV_INT4) {
-		kvs_int4_vrow(v, lb, h, t, buf);
+		kvs_int4_vrow(v, lb, h, t, dtab, buf);
 		return buf;
 	}
 #if defined(__AVX512F__)
@@ -491,9 +492,12 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
                      int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
                      const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out) {
 	int D = k->head_dim, B = k->block_size, group = heads / k->kv_heads;
-	float fp8tab[256], kb[KVS_MAX_HEAD_DIM];
+	float fp8tab[256], kb[KVS_MAX_HEAD_DIM], dtab[256];
 	if (k->prec == KVS_KV_FP8 || v->prec == KVS_KV_FP8)
 		for (int c = 0; c < 256; c++) fp8tab[c] = kvs_fp8((uint8_t)c);
+	/* The scale bytes' values: E5M3 (int8 values), signed E5M2 (int4). */
+	if (v->prec == KVS_KV_INT8 || v->prec == KVS_KV_INT4)
+		for (int c = 0; c < 256; c++) dtab[c] = v->prec == KVS_KV_INT8 ? kvs_s8((uint8_t)c) : kvs_z8((uint8_t)c);
 	for (int64_t r = 0; r < n; r++) {
 		int np = n_pos[r], p0 = window > 0 && np > window ? np - window : 0, m = np - p0;
 		const int32_t *tab = tables + table_off[r];
@@ -569,11 +573,8 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 				 * are decoded once into vt instead (kind 0). */
 				int one = v->group % 16 == 0;
 				int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : v->prec == KVS_KV_INT8 && one ? 3 : v->prec == KVS_KV_INT4 && one && group <= H ? 4 : 0;
-				float vt[KVS_TILE * 256], rs[KVS_TILE * 16], s8tab[256];
+				float vt[KVS_TILE * 256], rs[KVS_TILE * 16];
 				const void *rows[KVS_TILE];
-				/* Scale bytes' values: E5M3 (int8), signed E5M2 (int4). */
-				if (kind >= 3)
-					for (int c = 0; c < 256; c++) s8tab[c] = kind == 3 ? kvs_s8((uint8_t)c) : kvs_z8((uint8_t)c);
 				const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
 				for (int pa = p0; pa < np; pa += KVS_TILE) {
 					int tn = np - pa < KVS_TILE ? np - pa : KVS_TILE;
@@ -587,9 +588,9 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 						} else if (kind) {
 							int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
 							rows[i] = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * v->row_bytes;
-							for (int c = 0; c < D / 16; c++) rs[16 * i + c] = s8tab[((const uint8_t *)v->scale)[si + (g * D + 16 * c) / v->group]];
+							for (int c = 0; c < D / 16; c++) rs[16 * i + c] = dtab[((const uint8_t *)v->scale)[si + (g * D + 16 * c) / v->group]];
 						} else {
-							rows[i] = value_row(v, lb, g, t, fp8tab, vt + i * D);
+							rows[i] = value_row(v, lb, g, t, fp8tab, dtab, vt + i * D);
 						}
 					}
 					for (int h0 = 0; h0 < group;) {
@@ -604,7 +605,7 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 				for (int p = p0; p < np; p++) {
 					int j = p / B, t = p % B;
 					int64_t lb = (int64_t)layer * v->blocks + tab[j];
-					const float *vr = value_row(v, lb, g, t, fp8tab, kb);
+					const float *vr = value_row(v, lb, g, t, fp8tab, dtab, kb);
 					for (int hh = 0; hh < group; hh++) {
 						float pr = scratch[(int64_t)hh * m + p - p0] * inv[hh], *oh = og + hh * D;
 						for (int d = 0; d < D; d++) oh[d] += pr * vr[d];

@@ -107,15 +107,39 @@ static inline void kvs_wht(float *x, int D) {
 
 /* kvs_int4_vrow writes head h, slot t of layer-block lb of an int4 value
  * plane into out[head_dim] still rotated: d*kvs_iq4[q], one multiply a
- * value (attention weights these and rotates its output once). */
-static inline void kvs_int4_vrow(const struct kvs_kv_plane *p, int64_t lb, int h, int t, float *out) {
+ * value (attention weights these and rotates its output once). dtab is
+ * kvs_z8's table of the 256 scale bytes, or NULL. */
+static inline void kvs_int4_vrow(const struct kvs_kv_plane *p, int64_t lb, int h, int t, const float *dtab, float *out) {
 	int D = p->head_dim, G = p->group;
 	const uint8_t *src = (const uint8_t *)p->data + lb * p->data_per_block + (int64_t)(h * p->block_size + t) * p->row_bytes;
 	const uint8_t *sc8 = (const uint8_t *)p->scale + lb * p->scales_per_block + (int64_t)t * p->groups;
+#if defined(__AVX512F__)
+	if (D % 32 == 0 && G % 16 == 0) {
+		/* Thirty-two values from sixteen bytes: the low and the high
+		 * nibbles looked up (permutexvar reads an index's low four bits),
+		 * interleaved, then each 16's multiply by its group's scale. */
+		const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+		const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+		__m512 tab = _mm512_loadu_ps(kvs_iq4);
+		/* Sixteen values' group: g, and r of its G/16 runs of 16 past. */
+		int per = G / 16, c = h * D / 16, g = c / per, r = c % per;
+		for (int d = 0; d < D; d += 32) {
+			__m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + d / 2)));
+			__m512 e = _mm512_permutexvar_ps(b, tab), o = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), tab);
+			float s0 = dtab ? dtab[sc8[g]] : kvs_z8(sc8[g]);
+			if (++r == per) r = 0, g++;
+			float s1 = dtab ? dtab[sc8[g]] : kvs_z8(sc8[g]);
+			if (++r == per) r = 0, g++;
+			_mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_set1_ps(s0), _mm512_permutex2var_ps(e, lo, o)));
+			_mm512_storeu_ps(out + d + 16, _mm512_mul_ps(_mm512_set1_ps(s1), _mm512_permutex2var_ps(e, hi, o)));
+		}
+		return;
+	}
+#endif
 	for (int d0 = 0; d0 < D;) {
 		int g = (h * D + d0) / G, d1 = (g + 1) * G - h * D;
 		if (d1 > D) d1 = D;
-		float s = kvs_z8(sc8[g]);
+		float s = dtab ? dtab[sc8[g]] : kvs_z8(sc8[g]);
 		int d = d0;
 #if defined(__AVX512F__)
 		__m512 sv = _mm512_set1_ps(s), tab = _mm512_loadu_ps(kvs_iq4);
@@ -248,7 +272,7 @@ static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int 
 		return;
 	}
 	if (p->prec == KVS_KV_INT4) {
-		kvs_int4_vrow(p, lb, h, t, out);
+		kvs_int4_vrow(p, lb, h, t, NULL, out);
 		kvs_wht(out, D);
 		return;
 	}
