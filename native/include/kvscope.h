@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /* KVS_ABI_VERSION changes whenever any declaration below changes meaning. */
-#define KVS_ABI_VERSION 8
+#define KVS_ABI_VERSION 9
 
 /* kvs_status: what a function returns. */
 enum kvs_status {

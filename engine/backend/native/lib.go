@@ -14,7 +14,7 @@ import (
 )
 
 // ABIVersion is the version of native/include/kvscope.h this package speaks.
-const ABIVersion = 8
+const ABIVersion = 9
 
 // ErrNotFound is wrapped by Load's error when no library file exists where
 // it looked.
