@@ -21,26 +21,26 @@ type Config struct {
 	K, V Precision // storage precision of keys and of values
 
 	// KeyGroup is the number of consecutive tokens of a block whose keys share
-	// one scale (and, for Int4, zero point) per channel, for Int8, Int4 and
+	// one scale (and, for Int4, a zero point) per channel, for Int8, Int4 and
 	// FP8 keys; 0 means min(16, BlockSize) for Int8 and FP8 keys and
 	// min(32, BlockSize) for Int4. When it does not divide BlockSize, a
 	// block's last key group is shorter. Ignored for other key precisions.
 	KeyGroup int
 
 	// ValueGroup is the number of consecutive values of a token's V row
-	// (KVHeads*HeadDim values, head-major) that share one scale (and, for
-	// Int4, zero point), for Int8, Int4 and FP8 values; 0 means 32 for Int8
-	// and FP8 values (as Q8_0's groups) and 64 for Int4. A group may span
-	// heads when HeadDim is smaller (with head dim 16, one group of 32
-	// covers 2 heads; set it to HeadDim for per-head groups). When it does
-	// not divide the row, the last group is shorter. Ignored for other value
-	// precisions.
+	// (KVHeads*HeadDim values, head-major; for Int4, each head's values
+	// rotated) that share one scale, for Int8, Int4 and FP8 values; 0 means
+	// 32 for Int8 and FP8 values (as Q8_0's groups) and 16 for Int4. A group
+	// may span heads when HeadDim is smaller (with head dim 16, one group of
+	// 32 covers 2 heads; set it to HeadDim for per-head groups). When it
+	// does not divide the row, the last group is shorter. Ignored for other
+	// value precisions.
 	ValueGroup int
 }
 
 // keyGroup returns the effective key group length: the default is 16 tokens
 // for Int8 and FP8 keys, whose scales cost a quarter bit a value at 16, and
-// 32 for Int4, whose cost a bit a value at 16.
+// 32 for Int4, whose scale and zero point cost 1.19 bits a value at 16.
 func (c Config) keyGroup() int {
 	if c.KeyGroup > 0 {
 		return c.KeyGroup
@@ -53,13 +53,14 @@ func (c Config) keyGroup() int {
 
 // valueGroup returns the effective value group length along the token row:
 // the default is 32 values of a token's row a scale for Int8 and FP8 (a
-// quarter bit a value) and 64 for Int4 (a quarter bit with its zero points).
+// quarter bit a value) and 16 for Int4 (half a bit: a 16-level codebook
+// needs its scale closer to its values than 8 bits do).
 func (c Config) valueGroup() int {
 	g := c.ValueGroup
 	if g <= 0 {
 		g = 32
 		if c.V == Int4 {
-			g = 64
+			g = 16
 		}
 	}
 	return min(g, c.KVHeads*c.HeadDim)
@@ -116,13 +117,13 @@ func (c Config) checkShape() error {
 type shape struct {
 	prec     Precision
 	key      bool // per-channel key layout with residual (Int8/Int4/FP8 keys)
+	dim      int  // HeadDim
 	rowBytes int  // bytes of one (head, token) row of HeadDim values
 	group    int  // row-quantized: values per group along the token row; key: tokens per group
 	groups   int  // row-quantized: groups per token; key: groups per block
 	data     int  // data bytes (or elements, for F32/F16/BF16) per layer and block
-	scales   int  // scales per layer and block (also the zero-point count when asym); for symmetric keys, bytes of keyScaleBytes a (head, group)
-	scale8   bool // scales are 8-bit E5M3 (Int8/Int4/FP8), not f16 (Q8_0)
-	asym     bool // an 8-bit E5M2 zero point (nearest the group's minimum) accompanies each scale (Int4)
+	scales   int  // scale elements per layer and block: for row planes one a group and token; for keys, bytes of keyScaleBytes (Int8, FP8) or keyMetaBytes (Int4) a (head, group)
+	scale8   bool // scales are bytes (Int8/Int4/FP8), not f16 (Q8_0)
 }
 
 // keyScaleBytes returns the scale bytes of one (head, key group) of
@@ -135,7 +136,7 @@ func keyScaleBytes(d int) int { return 1 + (d+1)/2 }
 func shapeOf(c Config, p Precision, key bool) shape {
 	h, d, b := c.KVHeads, c.HeadDim, c.BlockSize
 	row := h * d
-	s := shape{prec: p}
+	s := shape{prec: p, dim: d}
 	switch p {
 	case F32, F16, BF16:
 		s.rowBytes = d * [...]int{F32: 4, F16: 2, BF16: 2}[p]
@@ -147,15 +148,15 @@ func shapeOf(c Config, p Precision, key bool) shape {
 		s.rowBytes = d
 	}
 	s.data = h * b * s.rowBytes
-	s.scale8, s.asym = p != Q8_0, p == Int4
+	s.scale8 = p != Q8_0
 	switch {
 	case key && p.keyResidual():
 		s.key = true
 		s.group = c.keyGroup()
 		s.groups = (b + s.group - 1) / s.group
-		s.scales = h * s.groups * d
-		if !s.asym {
-			s.scales = h * s.groups * keyScaleBytes(d)
+		s.scales = h * s.groups * keyScaleBytes(d)
+		if p == Int4 {
+			s.scales = h * s.groups * keyMetaBytes(d)
 		}
 		return s
 	case p == Q8_0:
@@ -179,11 +180,7 @@ func (s shape) bytes() int {
 	if !s.scale8 {
 		return s.data + 2*s.scales
 	}
-	n := s.data + s.scales
-	if s.asym {
-		n += s.scales
-	}
-	return n
+	return s.data + s.scales
 }
 
 // BlockBytes returns the bytes one block takes across all layers, K and V,

@@ -100,10 +100,11 @@ func TestBlockBytes(t *testing.T) {
 		// byte for a 32-value row (8.25).
 		{FP8, FP8, 5 * (1024 + 40 + 1024 + 32), 2560, 8.3125, 8.25},
 		{Int8, Int8, 5 * (1024 + 40 + 1024 + 32), 2560, 8.3125, 8.25},
-		// Int4: an 8-bit scale and zero point per channel over 32 tokens,
-		// and per 32-value row: 4.5 bits a value.
-		{Int4, Int4, 5 * (512 + 64 + 512 + 64), 10240, 4.5, 4.5},
-		{Int4, F16, 5 * (512 + 64 + 2048), 10240, 4.5, 16},
+		// Int4 keys: a 9-bit scale and 10-bit zero point per channel over
+		// 32 tokens, 19 bytes a head (4 + 19/32 bits a value); values: a
+		// byte per group of 16 (4.5 bits).
+		{Int4, Int4, 5 * (512 + 76 + 512 + 64), 10240, 4.59375, 4.5},
+		{Int4, F16, 5 * (512 + 76 + 2048), 10240, 4.59375, 16},
 	}
 	for _, tc := range cases {
 		c := stories(32, 1, tc.k, tc.v)
@@ -132,7 +133,7 @@ func TestBlockBytes(t *testing.T) {
 	}
 	c := stories(32, 1, Int4, Int4)
 	for _, tc := range []struct{ n, want int }{
-		{0, 0}, {1, 5760 + 10240}, {32, 5760}, {33, 2*5760 + 10240}, {1000, 32*5760 + 10240},
+		{0, 0}, {1, 5820 + 10240}, {32, 5820}, {33, 2*5820 + 10240}, {1000, 32*5820 + 10240},
 	} {
 		if got := SequenceBytes(c, tc.n); got != tc.want {
 			t.Errorf("SequenceBytes(%d tokens) = %d, want %d", tc.n, got, tc.want)

@@ -38,5 +38,5 @@ func Example() {
 	// Output:
 	// head 1, token 2: [4 4.25 4.5 4.75 5 5.25 5.5 5.75]
 	// residual bytes held (layer 0's partial key group): 2048
-	// block: 5760 bytes (K 4.5, V 4.5 bits a value); residual of a partial key group: 10240 bytes
+	// block: 5820 bytes (K 4.6, V 4.5 bits a value); residual of a partial key group: 10240 bytes
 }

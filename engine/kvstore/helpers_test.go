@@ -141,18 +141,53 @@ func errBounds(c Config, p Precision, key bool, rows [][]float32) [][]float64 {
 	// e5m3 is the most an E5M3 scale rounded up exceeds s by (a relative
 	// step of 1/8, or the smallest code 2^-17).
 	e5m3 := func(s float64) float64 { return 1.125*s + 0x1p-17 }
-	// asym bounds Int4's error: its zero point z is the E5M2 code nearest
-	// the minimum (within |min|/8), its scale s the E5M3 code nearest
-	// (max-z)/15 (within a sixteenth), and codes clamp: a value below z
-	// clips by at most |min|/8, one above z+15s by at most (max-z)/16.
+	// asym bounds an Int4 key channel's error. The search's candidate
+	// (z0, s0) has its zero point z the E5M4 code nearest the minimum
+	// (within |min|/32, taken as /30 for f16's rounding first), its scale
+	// s the E5M4 code nearest (max-z)/15, and codes clamp: a value below z
+	// clips by at most |min|/30, one above z+15s by at most (max-z)/30; so
+	// each of its n errors is at most b. The kept codes' squared error is
+	// no larger than that candidate's, n*b^2, which bounds each error by
+	// sqrt(n)*b.
 	asym := func(vals []float64) float64 {
 		mn, mx := vals[0], vals[0]
 		for _, v := range vals {
 			mn, mx = math.Min(mn, v), math.Max(mx, v)
 		}
-		r := mx - mn + math.Abs(mn)/8 + 0x1p-16 // the most max-z can be
-		s := r/15*1.0625 + 0x1p-17
-		return 0.5*s*(1+1e-6) + math.Max(math.Abs(mn)/8, r/16) + 1e-7
+		zerr := math.Abs(mn)/30 + 0x1p-18
+		r := mx - mn + zerr // the most max-z can be
+		s := r/15*(1+1.0/30) + 0x1p-18
+		b := 0.5*s*(1+1e-6) + math.Max(zerr, r/30+15*0x1p-18) + 1e-7
+		return b * math.Sqrt(float64(len(vals))) * (1 + 1e-5)
+	}
+	// nl bounds the error of one head's Int4 values (rows[t][lo:lo+D]). In
+	// the rotated domain the candidate scale d nearest amax/127 (within an
+	// eighth, and f16's rounding) codes each value v within 30d: the
+	// table's widest half gap is 12 levels, and |v/d| may reach
+	// 127*1.126, past 113 by 30. The kept scale's squared error is no
+	// larger, and the inverse rotation is orthonormal, so a head's error
+	// vector is no longer than the root of its groups' n*(30d)^2 (with
+	// rounding slack of the transforms).
+	nl := func(t, lo int) float64 {
+		G, row := c.valueGroup(), c.KVHeads*D
+		y := append([]float32(nil), rows[t]...)
+		for h := range c.KVHeads {
+			rotateHead(y[h*D : (h+1)*D])
+		}
+		var e2, norm float64
+		for g := lo / G; g*G < lo+D; g++ {
+			hi := min(g*G+G, row)
+			a := 0.0
+			for _, v := range y[g*G : hi] {
+				a = math.Max(a, math.Abs(float64(v)))
+			}
+			b := 30 * (math.Max(1.126*a/127, 0x1p-16) + 0x1p-24) // the smallest scale code is 2^-16
+			e2 += float64(hi-g*G) * b * b
+		}
+		for _, v := range rows[t][lo : lo+D] {
+			norm += float64(v) * float64(v)
+		}
+		return math.Sqrt(e2)*(1+1e-5) + 1e-5*math.Sqrt(norm) + 1e-7
 	}
 	absMax := func(vals []float64) float64 {
 		m := 0.0
@@ -221,7 +256,14 @@ func errBounds(c Config, p Precision, key bool, rows [][]float32) [][]float64 {
 			}
 		}
 	case p == Int4:
-		rowGroups(c.valueGroup(), func(v []float64, _ int) float64 { return asym(v) })
+		for t := range n {
+			for lo := 0; lo < row; lo += D {
+				b := nl(t, lo)
+				for i := lo; i < lo+D; i++ {
+					out[t][i] = b
+				}
+			}
+		}
 	default: // Int8, FP8 values: per token, groups along the row, symmetric
 		qm := float64(qmax(p))
 		rowGroups(c.valueGroup(), func(v []float64, i int) float64 {

@@ -6,14 +6,15 @@ import (
 )
 
 // keyPlane stores Int8, Int4 or FP8 keys the KIVI way: quantized per
-// channel (kvHead, dim) across the tokens of a key group, with an 8-bit
-// scale (and, for Int4, an 8-bit zero point) per channel and group. A
-// group's tokens stay at f16 in a residual slot until the group is full,
-// then the group is quantized at once.
+// channel (kvHead, dim) across the tokens of a key group, with scales (for
+// Int4, a scale and a zero point) per channel and group. A group's tokens
+// stay at f16 in a residual slot until the group is full, then the group is
+// quantized at once.
 //
 // Per layer and block: data [kvHead][slot][rowBytes] (Int4 packs two dims a
-// byte, the even dim in the low nibble), scale and zero [kvHead][group][dim],
-// and a bit mask of the slots written. A residual slot serves one layer's
+// byte, the even dim in the low nibble), scale [kvHead][group] of
+// keyScaleBytes (Int8, FP8) or keyMetaBytes (Int4), and a bit mask of the
+// slots written. A residual slot serves one layer's
 // key group of one block: [kvHead][tokenInGroup][dim], holding for Int8 and
 // FP8 the high byte of each f16 value (the low byte sits in data, where the
 // token's quantized byte will go) and for Int4 the whole f16 value,
@@ -26,8 +27,7 @@ type keyPlane struct {
 	sh    shape
 	words int // mask words per layer and block
 	data  []byte
-	scale []uint8 // E5M3
-	zero  []uint8 // E5M2, Int4 only (nil otherwise)
+	scale []uint8 // Int8, FP8: E5M3 base and multipliers; Int4: E5M4 scale and zero codes (int4.go)
 	mask  []uint64
 	resid [][]byte // [(layer*Blocks+block)*groups+group]; nil when none is held
 	locks []sync.RWMutex
@@ -44,9 +44,6 @@ func newKeyPlane(c Config, sh shape, pool *residualPool) *keyPlane {
 		mask:  make([]uint64, n*w),
 		resid: make([][]byte, n*sh.groups),
 		locks: make([]sync.RWMutex, c.Blocks),
-	}
-	if sh.asym {
-		p.zero = make([]uint8, n*sh.scales)
 	}
 	size := c.KVHeads * sh.group * c.HeadDim
 	p.bufs.New = func() any { b := make([]float32, size); return &b }
@@ -191,8 +188,8 @@ func (p *keyPlane) decodeResidual(l, b, g, tg0, tg1, n, off int, dst []float32) 
 	}
 }
 
-// scaleIndex returns the index in scale (and zero) of layer-block lb, head
-// h, key group g's first scale.
+// scaleIndex returns the index in scale of layer-block lb, head h, key
+// group g's first byte.
 func (p *keyPlane) scaleIndex(lb, h, g int) int {
 	return lb*p.sh.scales + (h*p.sh.groups+g)*(p.sh.scales/(p.c.KVHeads*p.sh.groups))
 }
@@ -204,11 +201,10 @@ func keyScale(sc []uint8, d int) float32 {
 }
 
 // quantGroup quantizes buf, [kvHead][tokenInGroup][dim] holding group g's gn
-// tokens of layer l, block b, per channel into data, scale and zero.
+// tokens of layer l, block b, per channel into data and scale.
 //
-// Int4 keys take, per channel, the E5M2 zero point nearest the minimum
-// and the E5M3 scale nearest (max-zero)/15 (groupScale; codes clamp).
-// Symmetric keys (Int8, FP8) take one E5M3 base scale S for the (head,
+// Int4 keys take, per channel, the E5M4 scale and zero point of
+// int4KeySearch (codes clamp). Symmetric keys (Int8, FP8) take one E5M3 base scale S for the (head,
 // group), amax/qmax over all its channels rounded up, and per channel the
 // smallest multiplier r in 0..15 with S*(r+1)/16 at least the channel's
 // amax/qmax: its scale.
@@ -222,60 +218,57 @@ func (p *keyPlane) quantGroup(l, b, g, gn int, buf []float32) {
 	for h := range H {
 		si := p.scaleIndex(lb, h, g)
 		x := buf[h*gn*D : (h+1)*gn*D]
-		var qs []quant8
-		if p.sh.asym {
-			qs = make([]quant8, D)
+		if prec == Int4 {
+			meta := p.scale[si : si+keyMetaBytes(D)]
+			var xs [MaxBlockSize]float32
+			var codes [MaxBlockSize]uint8
 			for d := range D {
-				mn, mx := x[d], x[d]
-				for tg := 1; tg < gn; tg++ {
-					v := x[tg*D+d]
-					mn, mx = min(mn, v), max(mx, v)
-				}
-				qs[d] = groupScale(prec, mn, mx, 0)
-				p.scale[si+d], p.zero[si+d] = qs[d].sc, qs[d].zp
-			}
-		} else {
-			var top float32
-			for d := range D {
-				var a float32
 				for tg := range gn {
-					v := x[tg*D+d]
-					if v < 0 {
-						v = -v
-					}
-					if v > a {
-						a = v
-					}
+					xs[tg] = x[tg*D+d]
 				}
-				amax[d] = a
-				top = max(top, a)
+				sc, zc, _ := int4KeySearch(xs[:gn], codes[:gn])
+				setInt4KeyCodes(meta, D, d, sc, zc)
+				for tg := range gn {
+					setNibble(p.data[p.dataIndex(l, b, h, lo+tg):], d, codes[tg])
+				}
 			}
-			sc := p.scale[si : si+keyScaleBytes(D)]
-			qm := qmax(prec)
-			sc[0] = scaleUp(top / qm)
-			base := s8f(sc[0])
-			qs = make([]quant8, D)
-			for d := range D {
-				want := amax[d] / qm
-				r := 0
-				for r < 15 && base*float32(r+1)*(1.0/16) < want {
-					r++
+			continue
+		}
+		var top float32
+		for d := range D {
+			var a float32
+			for tg := range gn {
+				v := x[tg*D+d]
+				if v < 0 {
+					v = -v
 				}
-				setNibble(sc[1:], d, uint8(r))
-				if s := keyScale(sc, d); s != 0 {
-					qs[d].id = 1 / s
+				if v > a {
+					a = v
 				}
+			}
+			amax[d] = a
+			top = max(top, a)
+		}
+		sc := p.scale[si : si+keyScaleBytes(D)]
+		qm := qmax(prec)
+		sc[0] = scaleUp(top / qm)
+		base := s8f(sc[0])
+		qs := make([]quant8, D)
+		for d := range D {
+			want := amax[d] / qm
+			r := 0
+			for r < 15 && base*float32(r+1)*(1.0/16) < want {
+				r++
+			}
+			setNibble(sc[1:], d, uint8(r))
+			if s := keyScale(sc, d); s != 0 {
+				qs[d].id = 1 / s
 			}
 		}
 		for tg := range gn {
 			di := p.dataIndex(l, b, h, lo+tg)
 			for d := range D {
-				c := qs[d].code(prec, x[tg*D+d])
-				if prec == Int4 {
-					setNibble(p.data[di:], d, c)
-				} else {
-					p.data[di+d] = c
-				}
+				p.data[di+d] = qs[d].code(prec, x[tg*D+d])
 			}
 		}
 	}
@@ -295,8 +288,8 @@ func (p *keyPlane) dequantTokens(l, b, g, tg0, tg1, n, off int, dst []float32) {
 			c1 := min(c0+len(sbuf), D)
 			sc, zp := sbuf[:c1-c0], zbuf[:c1-c0]
 			for i := range sc {
-				if p.sh.asym {
-					sc[i], zp[i] = s8f(p.scale[si+c0+i]), z8f(p.zero[si+c0+i])
+				if p.sh.prec == Int4 {
+					sc[i], zp[i] = int4KeyVals(int4KeyCodes(p.scale[si:], D, c0+i))
 				} else {
 					sc[i] = keyScale(p.scale[si:], c0+i)
 				}
@@ -318,7 +311,7 @@ func (p *keyPlane) dequantTokens(l, b, g, tg0, tg1, n, off int, dst []float32) {
 				default: // Int4
 					q := p.data[di : di+p.sh.rowBytes]
 					for i := range o {
-						o[i] = float32(getNibble(q, c0+i))*sc[i] + zp[i]
+						o[i] = float32(float32(getNibble(q, c0+i))*sc[i]) + zp[i]
 					}
 				}
 			}
@@ -367,9 +360,6 @@ func (p *keyPlane) copyBlock(dst, src int) {
 		ld, ls := l*p.c.Blocks+dst, l*p.c.Blocks+src
 		copy(p.data[ld*sh.data:(ld+1)*sh.data], p.data[ls*sh.data:(ls+1)*sh.data])
 		copy(p.scale[ld*sh.scales:(ld+1)*sh.scales], p.scale[ls*sh.scales:(ls+1)*sh.scales])
-		if p.zero != nil {
-			copy(p.zero[ld*sh.scales:(ld+1)*sh.scales], p.zero[ls*sh.scales:(ls+1)*sh.scales])
-		}
 		copy(p.masks(l, dst), p.masks(l, src))
 		for g := range sh.groups {
 			p.setResidual(p.residual(l, dst, g), *p.residual(l, src, g))
@@ -396,9 +386,6 @@ func (p *keyPlane) save(b int, buf []byte) []byte {
 		lb := l*p.c.Blocks + b
 		buf = append(buf, p.data[lb*sh.data:(lb+1)*sh.data]...)
 		buf = append(buf, p.scale[lb*sh.scales:(lb+1)*sh.scales]...)
-		if p.zero != nil {
-			buf = append(buf, p.zero[lb*sh.scales:(lb+1)*sh.scales]...)
-		}
 		for _, w := range p.masks(l, b) {
 			buf = binary.LittleEndian.AppendUint64(buf, w)
 		}
@@ -415,7 +402,7 @@ func (p *keyPlane) save(b int, buf []byte) []byte {
 }
 
 // layerFixed is the saved length of one layer's share of a block before its
-// residual groups: data, scales, zero points and mask.
+// residual groups: data, scales and mask.
 func (p *keyPlane) layerFixed() int { return p.sh.bytes() + 8*p.words }
 
 func (p *keyPlane) loadSize(data []byte) (int, error) {
@@ -432,12 +419,7 @@ func (p *keyPlane) loadSize(data []byte) (int, error) {
 		if err := m.CheckSaved(p.c, l); err != nil {
 			return 0, err
 		}
-		at := data[n+p.sh.data:]
-		var zp []byte
-		if p.sh.asym {
-			zp = at[p.sh.scales : 2*p.sh.scales]
-		}
-		if err := p.sh.checkCodes(l, at[:p.sh.scales], zp); err != nil {
+		if err := p.sh.checkCodes(l, data[n+p.sh.data:n+p.sh.data+p.sh.scales]); err != nil {
 			return 0, err
 		}
 		n += fixed
@@ -469,9 +451,6 @@ func (p *keyPlane) load(b int, data []byte) {
 		lb := l*p.c.Blocks + b
 		data = data[copy(p.data[lb*sh.data:(lb+1)*sh.data], data):]
 		data = data[copy(p.scale[lb*sh.scales:(lb+1)*sh.scales], data):]
-		if p.zero != nil {
-			data = data[copy(p.zero[lb*sh.scales:(lb+1)*sh.scales], data):]
-		}
 		m := p.masks(l, b)
 		for w := range m {
 			m[w] = binary.LittleEndian.Uint64(data[8*w:])

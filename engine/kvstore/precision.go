@@ -16,7 +16,7 @@ const (
 	BF16                  // bfloat16, round to nearest even
 	Q8_0                  // llama.cpp's Q8_0: groups of 32 along the token row, f16 scale
 	Int8                  // KIVI-style 8-bit, symmetric (keys per channel, values per token), 8-bit scales
-	Int4                  // KIVI-style 4-bit, asymmetric (keys per channel, values per token), 8-bit scales and zero points
+	Int4                  // 4-bit: keys per channel, asymmetric (E5M4 scale and zero point); values per token, rotated, IQ4_NL codebook
 	FP8                   // OCP FP8 E4M3FN, scaled as Int8 (keys per channel, values per token)
 	numPrecisions
 )

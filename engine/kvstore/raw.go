@@ -6,8 +6,8 @@ package kvstore
 // own memory: reading them follows Store's rules (no block read while a token
 // of it is written), and writing them is for kernels that reproduce Write
 // exactly. Layer l, block b's share starts at (l*Blocks+b)*DataPerBlock in
-// the data slice and (l*Blocks+b)*ScalesPerBlock in Scale, Scale8 and
-// Zero8; the layouts are the package doc's.
+// the data slice and (l*Blocks+b)*ScalesPerBlock in Scale and Scale8; the
+// layouts are the package doc's.
 type Raw struct {
 	Prec Precision
 	// Key is true for Int8/Int4/FP8 keys: quantized per channel over key
@@ -20,15 +20,15 @@ type Raw struct {
 	// token (row planes), or tokens per key group and groups per block (keys).
 	Group, Groups int
 	// DataPerBlock and ScalesPerBlock count the elements of data and Scale
-	// for each (layer, block).
+	// (or bytes of Scale8) for each (layer, block).
 	DataPerBlock, ScalesPerBlock int
 
 	F32    []float32 // data of an F32 plane
 	U16    []uint16  // data of an F16 or BF16 plane (bits)
 	Bytes  []byte    // data of a quantized plane
 	Scale  []uint16  // f16 scales of a Q8_0 plane
-	Scale8 []uint8   // E5M3 scales of an Int8, Int4 or FP8 plane
-	Zero8  []uint8   // E5M2 zero points of an Int4 plane
+	Scale8 []uint8   // E5M3 scales of an Int8 or FP8 plane; an Int4 plane's codes (int4 v3: signed E5M2 value scales, or key metadata)
+	Zero8  []uint8   // always nil: Int4 v3 keeps its key zero points in Scale8
 
 	// Resid returns the residual slot of layer l, block b, key group g
 	// ([kvHead][tokenInGroup][dim], for Int8 the high bytes of the f16
@@ -52,9 +52,9 @@ func rawOf(p plane, sh shape) Raw {
 	case *halfPlane:
 		r.U16 = p.data
 	case *rowPlane:
-		r.Bytes, r.Scale, r.Scale8, r.Zero8 = p.data, p.scale, p.sc8, p.zero
+		r.Bytes, r.Scale, r.Scale8 = p.data, p.scale, p.sc8
 	case *keyPlane:
-		r.Bytes, r.Scale8, r.Zero8 = p.data, p.scale, p.zero
+		r.Bytes, r.Scale8 = p.data, p.scale
 		r.Resid = func(l, b, g int) []byte { return *p.residual(l, b, g) }
 	}
 	return r

@@ -1,25 +1,28 @@
 package kvstore
 
+import "sync"
+
 // rowPlane stores values quantized per token: each token's row of
 // KVHeads*HeadDim values (head-major) is cut into groups of sh.group values,
-// each with a scale (and, for Int4, a zero point). It serves Q8_0 (keys or
-// values, f16 scales) and Int8, Int4 and FP8 values (8-bit scales).
+// each with a scale. It serves Q8_0 (keys or values, f16 scales) and Int8,
+// Int4 and FP8 values (8-bit scales). Int4 rotates each head's values
+// (rotateHead) before cutting the row and codes the rotated values with the
+// IQ4_NL table (int4.go); reading rotates them back.
 //
 // Per layer and block: data [kvHead][slot][rowBytes] (Int4 packs two values a
-// byte, the even dim in the low nibble), scale (or sc8) and zero
-// [slot][group].
+// byte, the even dim in the low nibble) and scale (or sc8) [slot][group].
 type rowPlane struct {
 	c     Config
 	sh    shape
 	data  []byte
-	scale []uint16 // Q8_0's f16 scales; nil otherwise
-	sc8   []uint8  // E5M3 scales of Int8, Int4, FP8; nil for Q8_0
-	zero  []uint8  // Int4's E5M2 zero points; nil otherwise
+	scale []uint16  // Q8_0's f16 scales; nil otherwise
+	sc8   []uint8   // E5M3 scales of Int8 and FP8, signed E5M2 of Int4; nil for Q8_0
+	bufs  sync.Pool // *[]float32 of a row, for Int4's rotation
 }
 
 // qmax returns the largest code magnitude of an integer precision: 127 for
-// symmetric Int8, 15 for asymmetric Int4, and 448 (E4M3's largest value)
-// for FP8.
+// symmetric Int8, 15 for Int4 keys (codes 0..15 above a zero point), and
+// 448 (E4M3's largest value) for FP8.
 func qmax(p Precision) float32 {
 	switch p {
 	case Int4:
@@ -30,26 +33,17 @@ func qmax(p Precision) float32 {
 	return 127
 }
 
-// quant8 holds one group's scale (and zero point) codes and the numbers
-// its values are coded with.
+// quant8 holds one group's Int8 or FP8 scale code and the reciprocal its
+// values are coded with.
 type quant8 struct {
-	sc, zp uint8
-	id, m  float32 // 1/scale (0 for a zero scale) and the zero point's value
+	sc uint8
+	id float32 // 1/scale (0 for a zero scale)
 }
 
-// groupScale chooses a group's 8-bit scale (and, for Int4, zero point) for
-// values from mn to mx whose largest magnitude is amax: symmetric Int8 and
-// FP8 take scale amax/qmax rounded up (no value clips); Int4 takes its zero
-// point nearest mn and scale nearest (mx-zero)/15 (its codes clamp).
-func groupScale(p Precision, mn, mx, amax float32) quant8 {
-	var q quant8
-	if p == Int4 {
-		q.zp = zeroNear(mn)
-		q.m = z8f(q.zp)
-		q.sc = scaleNear((mx - q.m) / 15)
-	} else {
-		q.sc = scaleUp(amax / qmax(p))
-	}
+// groupScale chooses an Int8 or FP8 group's 8-bit scale for values whose
+// largest magnitude is amax: amax/qmax rounded up (no value clips).
+func groupScale(p Precision, amax float32) quant8 {
+	q := quant8{sc: scaleUp(amax / qmax(p))}
 	q.setScale()
 	return q
 }
@@ -69,7 +63,7 @@ func (q *quant8) setScale() {
 // "small" preset, a sixth of the values' KL). The errors are summed in the
 // group's order, each operation rounded to float32, as every backend does.
 func int8Scale(xs []float32) quant8 {
-	q := groupScale(Int8, 0, 0, absMax(xs))
+	q := groupScale(Int8, absMax(xs))
 	if q.sc == 0 {
 		return q
 	}
@@ -93,28 +87,13 @@ func (q *quant8) sse8(xs []float32) float32 {
 	return e
 }
 
-// code returns value v's code under q: an int8 bit pattern, a nibble or an
-// E4M3 byte.
+// code returns value v's code under q: an int8 bit pattern or an E4M3
+// byte.
 func (q *quant8) code(p Precision, v float32) uint8 {
-	switch p {
-	case Int8:
+	if p == Int8 {
 		return uint8(roundSym(v*q.id, 127))
-	case Int4:
-		return roundUnsigned((v-q.m)*q.id, 15)
 	}
 	return fp8Encode(v * q.id)
-}
-
-// decode8 returns code c's value under scale s and zero point m, for Int8,
-// Int4 (c a nibble) or FP8.
-func decode8(p Precision, c uint8, s, m float32) float32 {
-	switch p {
-	case Int8:
-		return float32(int8(c)) * s
-	case Int4:
-		return float32(c)*s + m
-	}
-	return fp8Table[c] * s
 }
 
 func (p *rowPlane) write(l, b, t int, x []float32) {
@@ -124,6 +103,16 @@ func (p *rowPlane) write(l, b, t int, x []float32) {
 	si := lb*sh.scales + t*sh.groups
 	base := lb*sh.data + t*sh.rowBytes
 	stride := B * sh.rowBytes // from one head's row to the next
+	if sh.prec == Int4 {
+		bp := p.bufs.Get().(*[]float32)
+		defer p.bufs.Put(bp)
+		y := *bp
+		copy(y, x)
+		for h := range p.c.KVHeads {
+			rotateHead(y[h*D : (h+1)*D])
+		}
+		x = y
+	}
 	for g := range sh.groups {
 		lo, hi := g*G, min(g*G+G, len(x))
 		xs := x[lo:hi]
@@ -146,27 +135,34 @@ func (p *rowPlane) write(l, b, t int, x []float32) {
 			}
 			continue
 		}
+		if sh.prec == Int4 {
+			sc := nlScale(xs)
+			p.sc8[si+g] = sc
+			var id float32
+			if sc != 0 {
+				id = 1 / z8f(sc)
+			}
+			for _, v := range xs {
+				c := uint8(8) // an all-zero group (scale 0) codes 0 as 8
+				if sc != 0 {
+					c = nlCode(float32(v * id))
+				}
+				setNibble(p.data[off:], d, c)
+				if d++; d == D {
+					d, off = 0, off+stride
+				}
+			}
+			continue
+		}
 		var q quant8
-		switch sh.prec {
-		case Int4:
-			mn, mx := minMax(xs)
-			q = groupScale(Int4, mn, mx, 0)
-		case Int8:
+		if sh.prec == Int8 {
 			q = int8Scale(xs)
-		default:
-			q = groupScale(sh.prec, 0, 0, absMax(xs))
+		} else {
+			q = groupScale(sh.prec, absMax(xs))
 		}
 		p.sc8[si+g] = q.sc
-		if sh.asym {
-			p.zero[si+g] = q.zp
-		}
 		for _, v := range xs {
-			c := q.code(sh.prec, v)
-			if sh.prec == Int4 {
-				setNibble(p.data[off:], d, c)
-			} else {
-				p.data[off+d] = c
-			}
+			p.data[off+d] = q.code(sh.prec, v)
 			if d++; d == D {
 				d, off = 0, off+stride
 			}
@@ -204,13 +200,16 @@ func (p *rowPlane) read(l, b, n int, dst []float32) {
 					for i, q := range src[d0:d1] {
 						seg[i] = float32(int8(q)) * s
 					}
-				default: // Int4
-					s, m := s8f(p.sc8[si+g]), z8f(p.zero[si+g])
+				default: // Int4: the rotated values
+					s := z8f(p.sc8[si+g])
 					for i := range seg {
-						seg[i] = float32(getNibble(src, d0+i))*s + m
+						seg[i] = s * nlTable[getNibble(src, d0+i)]
 					}
 				}
 				d0 = d1
+			}
+			if sh.prec == Int4 {
+				rotateHead(out)
 			}
 		}
 	}
@@ -227,9 +226,6 @@ func (p *rowPlane) copyBlock(dst, src int) {
 		if p.sc8 != nil {
 			copy(p.sc8[ld*sh.scales:(ld+1)*sh.scales], p.sc8[ls*sh.scales:(ls+1)*sh.scales])
 		}
-		if p.zero != nil {
-			copy(p.zero[ld*sh.scales:(ld+1)*sh.scales], p.zero[ls*sh.scales:(ls+1)*sh.scales])
-		}
 	}
 }
 
@@ -244,9 +240,6 @@ func (p *rowPlane) save(b int, buf []byte) []byte {
 		if p.sc8 != nil {
 			buf = append(buf, p.sc8[lb*sh.scales:(lb+1)*sh.scales]...)
 		}
-		if p.zero != nil {
-			buf = append(buf, p.zero[lb*sh.scales:(lb+1)*sh.scales]...)
-		}
 	}
 	return buf
 }
@@ -260,11 +253,7 @@ func (p *rowPlane) loadSize(data []byte) (int, error) {
 	if sh.scale8 {
 		for l := range p.c.Layers {
 			at := data[l*sh.bytes()+sh.data:]
-			var zp []byte
-			if sh.asym {
-				zp = at[sh.scales : 2*sh.scales]
-			}
-			if err := sh.checkCodes(l, at[:sh.scales], zp); err != nil {
+			if err := sh.checkCodes(l, at[:sh.scales]); err != nil {
 				return 0, err
 			}
 		}
@@ -282,9 +271,6 @@ func (p *rowPlane) load(b int, data []byte) {
 		}
 		if p.sc8 != nil {
 			data = data[copy(p.sc8[lb*sh.scales:(lb+1)*sh.scales], data):]
-		}
-		if p.zero != nil {
-			data = data[copy(p.zero[lb*sh.scales:(lb+1)*sh.scales], data):]
 		}
 	}
 }

@@ -31,35 +31,42 @@ func TestScaleCodes(t *testing.T) {
 	}
 }
 
-// TestNearCodes checks scaleNear and zeroNear against every code: no code's
-// value is nearer x than theirs (within f16's rounding of x first).
+// TestNearCodes checks e5m4Near and e5m4SNear (Int4 keys' scale and zero
+// codes) against every code: no code's value is nearer x than theirs
+// (within f16's rounding of x first), and a tie takes the larger magnitude.
 func TestNearCodes(t *testing.T) {
-	for _, x := range []float32{0.001, 0.1, 0.3333, 1, 1.03, 1.0625, 1.1, 2.5, 100, 1000, 60000, 1e-6} {
+	for _, x := range []float32{0.001, 0.1, 0.3333, 1, 1.03, 1.0625, 1.1, 1.015625, 2.5, 100, 1000, 60000, 65504, 1e9, 1e-6, 1e-9} {
 		for _, v := range []float32{x, -x} {
 			f := h2f(f16Finite(v))
 			if v > 0 {
-				c := scaleNear(v)
-				for k := range maxScale8 + 1 {
-					if d := math.Abs(float64(s8f(uint8(k)) - f)); d < math.Abs(float64(s8f(c)-f)) {
-						t.Errorf("scaleNear(%g) = %#x (%g), but code %#x (%g) is nearer", v, c, s8f(c), k, s8f(uint8(k)))
+				c := e5m4Near(v)
+				for k := range e5m4Max + 1 {
+					if d := math.Abs(float64(e5m4Val(k) - f)); d < math.Abs(float64(e5m4Val(c)-f)) {
+						t.Errorf("e5m4Near(%g) = %#x (%g), but code %#x (%g) is nearer", v, c, e5m4Val(c), k, e5m4Val(k))
 						break
 					}
 				}
-			} else if scaleNear(v) != 0 {
-				t.Errorf("scaleNear(%g) = %#x, want 0", v, scaleNear(v))
+			} else if e5m4Near(v) != 0 {
+				t.Errorf("e5m4Near(%g) = %#x, want 0", v, e5m4Near(v))
 			}
-			z := zeroNear(v)
-			for k := range 256 {
-				w := z8f(uint8(k))
-				if uint8(k)&0x7f > maxZero8 {
-					continue
-				}
-				if d := math.Abs(float64(w - f)); d < math.Abs(float64(z8f(z)-f)) {
-					t.Errorf("zeroNear(%g) = %#x (%g), but code %#x (%g) is nearer", v, z, z8f(z), k, w)
+			z := e5m4SNear(v)
+			if (z < 0) != (v < 0 && z != 0) || z < -e5m4Max || z > e5m4Max {
+				t.Errorf("e5m4SNear(%g) = %d: wrong sign or out of range", v, z)
+			}
+			for k := -e5m4Max; k <= e5m4Max; k++ {
+				if d := math.Abs(float64(e5m4Val(k) - f)); d < math.Abs(float64(e5m4Val(z)-f)) {
+					t.Errorf("e5m4SNear(%g) = %d (%g), but code %d (%g) is nearer", v, z, e5m4Val(z), k, e5m4Val(k))
 					break
 				}
 			}
 		}
+	}
+	// 1 + 1/32 is halfway between the codes of 1 and 1 + 1/16: up.
+	if got, want := e5m4Val(e5m4Near(1+1.0/32)), float32(1+1.0/16); got != want {
+		t.Errorf("e5m4Near(1+1/32) decodes to %g, want %g (halves up)", got, want)
+	}
+	if got := e5m4SNear(float32(math.NaN())); got != 0 {
+		t.Errorf("e5m4SNear(NaN) = %d, want 0", got)
 	}
 }
 
@@ -94,7 +101,7 @@ func TestInt8Scale(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			up := groupScale(Int8, 0, 0, absMax(tc.xs)).sc
+			up := groupScale(Int8, absMax(tc.xs)).sc
 			got := int8Scale(tc.xs).sc
 			want := up
 			if tc.down {

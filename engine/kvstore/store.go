@@ -65,8 +65,9 @@ func newPlane(c Config, sh shape, s *Store) plane {
 	} else {
 		p.scale = make([]uint16, n*sh.scales)
 	}
-	if sh.asym {
-		p.zero = make([]uint8, n*sh.scales)
+	if sh.prec == Int4 {
+		row := c.KVHeads * c.HeadDim
+		p.bufs.New = func() any { b := make([]float32, row); return &b }
 	}
 	return p
 }
@@ -153,8 +154,9 @@ func (s *Store) Residuals() (inUse, allocated int) {
 	return s.pool.inUse * s.pool.size, s.pool.allocated * s.pool.size
 }
 
-// saveMagic starts every saved block.
-const saveMagic = "KVB2"
+// saveMagic starts every saved block. KVB2 was the layout before int4 v3
+// (8-bit int4 scales and zero points); Load refuses it.
+const saveMagic = "KVB3"
 
 // headerLen is the saved header's length: magic, then eight uint32s.
 const headerLen = 4 + 8*4
@@ -190,6 +192,9 @@ func (s *Store) Save(block int, buf []byte) []byte {
 func (s *Store) Load(block int, data []byte) error {
 	if uint(block) >= uint(s.cfg.Blocks) {
 		return fmt.Errorf("kvstore: Load: block %d out of range (store has %d blocks)", block, s.cfg.Blocks)
+	}
+	if len(data) >= headerLen && string(data[:3]) == saveMagic[:3] && data[3] != saveMagic[3] {
+		return fmt.Errorf("kvstore: Load block %d: saved by another version's layout (header %q, this one writes %q): it cannot be read", block, data[:4], saveMagic)
 	}
 	if len(data) < headerLen || string(data[:4]) != saveMagic {
 		return fmt.Errorf("kvstore: Load block %d: %d bytes do not start with a saved block header", block, len(data))

@@ -313,8 +313,8 @@ func TestLoadErrors(t *testing.T) {
 	kp := s.k.(*keyPlane)
 	flagAt := headerLen + kp.layerFixed() // layer 0, group 0's residual flag
 	maskAt := headerLen + kp.sh.bytes()   // layer 0's mask word
-	kScaleAt := headerLen + kp.sh.data    // layer 0's first key scale (int4: per channel)
-	kZeroAt := kScaleAt + kp.sh.scales    // and its zero point
+	kScaleAt := headerLen + kp.sh.data    // layer 0's first key metadata (int4: head 0, group 0)
+	D := c.HeadDim                        // its scale codes' low bytes, zero codes', then three bit planes
 	vp := s.v.(*rowPlane)
 	vScaleAt := len(good) - c.Layers*vp.sh.bytes() + vp.sh.data // layer 0's first value scale
 	cases := []struct {
@@ -340,8 +340,19 @@ func TestLoadErrors(t *testing.T) {
 		{"residual on full group", 2, mutate(func(b []byte) []byte { b[flagAt] = 1; return b }), "residual"},
 		{"bad flag", 2, mutate(func(b []byte) []byte { b[flagAt] = 7; return b }), "flag"},
 		{"mask past block", 2, mutate(func(b []byte) []byte { b[maskAt+3] |= 0x10; return b }), "past the block size"},
-		{"key scale infinite", 2, mutate(func(b []byte) []byte { b[kScaleAt+5] = 0xf8; return b }), "scale code 0xf8"},
-		{"key zero point NaN", 2, mutate(func(b []byte) []byte { b[kZeroAt+2] = 0xff; return b }), "zero point code 0xff"},
+		{"key scale infinite", 2, mutate(func(b []byte) []byte { b[kScaleAt+5] = 0xf0; b[kScaleAt+2*D] |= 1 << 5; return b }), "scale code 0x1f0"},
+		{"key zero point NaN", 2, mutate(func(b []byte) []byte {
+			b[kScaleAt+D+2] = 0xff
+			b[kScaleAt+2*D+1] |= 1 << 2
+			b[kScaleAt+2*D+2] &^= 1 << 2
+			return b
+		}), "zero point code 0x1ff"},
+		{"key zero point NaN, negative", 2, mutate(func(b []byte) []byte {
+			b[kScaleAt+D+3] = 0xf0
+			b[kScaleAt+2*D+1] |= 1 << 3
+			b[kScaleAt+2*D+2] |= 1 << 3
+			return b
+		}), "zero point code 0x3f0"},
 		{"value scale NaN", 2, mutate(func(b []byte) []byte { b[vScaleAt+1] = 0xff; return b }), "scale code 0xff"},
 	}
 	for _, tc := range cases {
