@@ -184,9 +184,7 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int16_t 
 		__m512 a = _mm512_setzero_ps();
 		for (; d + 16 <= D; d += 16)
 			a = _mm512_max_ps(_mm512_abs_ps(_mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(s + d))), a);
-		float l[16];
-		_mm512_storeu_ps(l, a);
-		for (int i = 0; i < 16; i++) amax = l[i] > amax ? l[i] : amax;
+		amax = _mm512_reduce_max_ps(a); /* exact in any order: no lane is NaN */
 	}
 #elif defined(__AVX2__)
 	{
@@ -254,24 +252,23 @@ static int expand_tile(int prec, const uint8_t *src, int64_t row_bytes, int tn, 
 
 /* split_query writes Q's bytes Q>>7 and Q&127 (qa, qb) and Qc (qc) in the
  * order of expand_tile's registers (int4: channels 0,2,4,6 then 1,3,5,7 of
- * each eight); sums gets sum(Q) and sum(Qc). */
+ * each eight); for int8, sums gets sum(Q) and sum(Qc). */
 static void split_query(int prec, const int16_t *Q, const int16_t *Qc, int D, int8_t *qa, int8_t *qb, int8_t *qc, int32_t *sums) {
-	__m512i perm = _mm512_setzero_si512(), s1 = _mm512_setzero_si512(), s2 = _mm512_setzero_si512(), one = _mm512_set1_epi16(1);
-	if (prec == KVS_KV_INT4) {
-		int16_t pi[32];
-		for (int p = 0; p < 32; p++) pi[p] = (int16_t)((p & ~7) + 2 * (p & 3) + ((p >> 2) & 1));
-		perm = _mm512_loadu_si512((const void *)pi);
-	}
+	/* pi[p] = (p & ~7) + 2*(p & 3) + ((p >> 2) & 1). */
+	static const int16_t pi[32] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15, 16, 18, 20, 22, 17, 19, 21, 23, 24, 26, 28, 30, 25, 27, 29, 31};
+	__m512i perm = _mm512_loadu_si512((const void *)pi), s1 = _mm512_setzero_si512(), s2 = _mm512_setzero_si512(), one = _mm512_set1_epi16(1);
 	for (int d = 0; d < D; d += 32) {
 		__m512i x = _mm512_loadu_si512((const void *)(Q + d)), c = _mm512_loadu_si512((const void *)(Qc + d));
 		if (prec == KVS_KV_INT4) x = _mm512_permutexvar_epi16(perm, x), c = _mm512_permutexvar_epi16(perm, c);
-		s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(x, one));
-		s2 = _mm512_add_epi32(s2, _mm512_madd_epi16(c, one));
+		if (prec == KVS_KV_INT8) {
+			s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(x, one));
+			s2 = _mm512_add_epi32(s2, _mm512_madd_epi16(c, one));
+		}
 		_mm256_storeu_si256((__m256i *)(qa + d), _mm512_cvtepi16_epi8(_mm512_srai_epi16(x, 7)));
 		_mm256_storeu_si256((__m256i *)(qb + d), _mm512_cvtepi16_epi8(_mm512_and_si512(x, _mm512_set1_epi16(127))));
 		_mm256_storeu_si256((__m256i *)(qc + d), _mm512_cvtepi16_epi8(c));
 	}
-	sums[0] = _mm512_reduce_add_epi32(s1), sums[1] = _mm512_reduce_add_epi32(s2);
+	if (prec == KVS_KV_INT8) sums[0] = _mm512_reduce_add_epi32(s1), sums[1] = _mm512_reduce_add_epi32(s2);
 }
 
 /* tile_isums sets S (sum code*Q) and Sc (sum code*Qc) for the sixteen
@@ -325,7 +322,7 @@ static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi
 				const float *qh = qg + (int64_t)hh * D;
 				float qd = quant_query(qh, s, D, Dp, Q, Qc);
 				float cz = k->prec == KVS_KV_INT4 ? dot_any(z, 0, qh, D) : 0.0f;
-				int32_t sums[2];
+				int32_t sums[2] = {0, 0};
 				split_query(k->prec, Q, Qc, D, qa, qb, qc, sums);
 				/* int8: the codes' offset, 128*sum, in uint32. */
 				int i8 = k->prec == KVS_KV_INT8;
@@ -355,15 +352,20 @@ static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi
 }
 
 /* value_row returns head h, slot t of layer-block lb of value plane v as
- * floats: in place for f32, else decoded into buf (int8 and int4 rows with
- * SIMD, the same operations as kvs_decode_row). */
+ * floats: in place for f32, else decoded into buf (int8 rows with SIMD, the
+ * same operations as kvs_decode_row; int4 rows still rotated,
+ * kvs_int4_vrow). */
 static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, int h, int t, const float *fp8tab, float *buf) {
 	int D = v->head_dim;
 	if (v->prec == KVS_KV_F32) return (const float *)v->data + lb * v->data_per_block + (int64_t)(h * v->block_size + t) * D;
+	if (v->prec == KVS_KV_INT4) {
+		kvs_int4_vrow(v, lb, h, t, buf);
+		return buf;
+	}
 #if defined(__AVX512F__)
-	if (v->prec == KVS_KV_INT8 || v->prec == KVS_KV_INT4) {
+	if (v->prec == KVS_KV_INT8) {
 		const uint8_t *src = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(h * v->block_size + t) * v->row_bytes;
-		const uint8_t *sc8 = (const uint8_t *)v->scale, *z8 = (const uint8_t *)v->zero;
+		const uint8_t *sc8 = (const uint8_t *)v->scale;
 		int G = v->group;
 		int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
 		for (int d0 = 0; d0 < D;) {
@@ -371,22 +373,10 @@ static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, i
 			if (d1 > D) d1 = D;
 			float s = kvs_s8(sc8[si + gg]);
 			int d = d0;
-			if (v->prec == KVS_KV_INT8) {
-				__m512 sv = _mm512_set1_ps(s);
-				for (; d + 16 <= d1; d += 16)
-					_mm512_storeu_ps(buf + d, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + d)))), sv));
-				for (; d < d1; d++) buf[d] = (float)(int8_t)src[d] * s;
-			} else {
-				float mz = kvs_z8(z8[si + gg]);
-				__m512 sv = _mm512_set1_ps(s), mv = _mm512_set1_ps(mz);
-				/* Sixteen values from an even dim: eight bytes. */
-				if (d & 1) buf[d] = (float)((src[d >> 1] >> 4) & 15) * s + mz, d++;
-				for (; d + 16 <= d1; d += 16) {
-					__m512 q = _mm512_cvtepi32_ps(kvs_nibbles16(src + d / 2));
-					_mm512_storeu_ps(buf + d, _mm512_add_ps(_mm512_mul_ps(q, sv), mv));
-				}
-				for (; d < d1; d++) buf[d] = (float)((src[d >> 1] >> ((d & 1) * 4)) & 15) * s + mz;
-			}
+			__m512 sv = _mm512_set1_ps(s);
+			for (; d + 16 <= d1; d += 16)
+				_mm512_storeu_ps(buf + d, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + d)))), sv));
+			for (; d < d1; d++) buf[d] = (float)(int8_t)src[d] * s;
 			d0 = d1;
 		}
 		return buf;
@@ -399,22 +389,22 @@ static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, i
 #if defined(__AVX512F__)
 /* vrow16 returns values 16c..16c+15 of a tile's row: f32 (kind 0), f16 or
  * bf16 bits (1, 2), or int8 or int4 codes of one value group with scale
- * rs[c] (and zero rz[c]) decoded as value_row does (3, 4). */
-static inline __attribute__((always_inline)) __m512 vrow16(const int kind, const void *row, int c, const float *rs, const float *rz) {
+ * rs[c] decoded as value_row does (3, 4: int4 rows still rotated). */
+static inline __attribute__((always_inline)) __m512 vrow16(const int kind, const void *row, int c, const float *rs) {
 	if (kind <= 2) return load16(row, kind, 16 * c);
 	const uint8_t *b = (const uint8_t *)row;
 	__m512 sv = _mm512_set1_ps(rs[c]);
 	if (kind == 3) return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 16 * c)))), sv);
-	return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(kvs_nibbles16(b + 8 * c)), sv), _mm512_set1_ps(rz[c]));
+	return _mm512_mul_ps(sv, _mm512_permutexvar_ps(kvs_nibbles16(b + 8 * c), _mm512_loadu_ps(kvs_iq4)));
 }
 
 /* vsum_tile adds, for H query heads, out_h += (w_h[i]*inv_h) * row_i for the
  * tile's n rows in order (each product rounded, then added), with the H*C
  * 16-lane sums (C = head_dim/16) in registers between out's load and store:
- * C, H and kind are constants at each call; rs, rz are the rows' scales and
- * zero points, 16 a row, one a 16 values (kinds 3, 4). */
+ * C, H and kind are constants at each call; rs are the rows' scales, 16
+ * a row, one a 16 values (kinds 3, 4). */
 static inline __attribute__((always_inline)) void vsum_tile(const int C, const int H, const int kind, const void *const *rows,
-                                                            const float *rs, const float *rz, int n, const float *w, int64_t m,
+                                                            const float *rs, int n, const float *w, int64_t m,
                                                             const float *inv, float *out) {
 	int D = 16 * C;
 	/* Fixed sizes (H*C <= 16): C and H are not constant expressions, and a
@@ -425,7 +415,7 @@ static inline __attribute__((always_inline)) void vsum_tile(const int C, const i
 	for (int i = 0; i < n; i++) {
 		for (int h = 0; h < H; h++) pr[h] = _mm512_set1_ps(w[(int64_t)h * m + i] * inv[h]);
 		for (int c = 0; c < C; c++) {
-			__m512 vr = vrow16(kind, rows[i], c, rs + 16 * i, rz + 16 * i);
+			__m512 vr = vrow16(kind, rows[i], c, rs + 16 * i);
 			for (int h = 0; h < H; h++) acc[h * C + c] = _mm512_add_ps(acc[h * C + c], _mm512_mul_ps(pr[h], vr));
 		}
 	}
@@ -435,11 +425,11 @@ static inline __attribute__((always_inline)) void vsum_tile(const int C, const i
 
 /* vsum_tile's instances, one function each: [head dim 64, 128, 256][H = 4,
  * 2, 1 heads a pass (16 accumulators), or one head][kind]. */
-typedef void (*vsum_fn)(const void *const *, const float *, const float *, int, const float *, int64_t, const float *, float *);
+typedef void (*vsum_fn)(const void *const *, const float *, int, const float *, int64_t, const float *, float *);
 #define KVS_VSUM_FN(name, C, H, kind)                                                                                      \
-	static void name(const void *const *rows, const float *rs, const float *rz, int n, const float *w, int64_t m,        \
-	                 const float *inv, float *out) {                                                                     \
-		vsum_tile(C, H, kind, rows, rs, rz, n, w, m, inv, out);                                                        \
+	static void name(const void *const *rows, const float *rs, int n, const float *w, int64_t m, const float *inv,       \
+	                 float *out) {                                                                                       \
+		vsum_tile(C, H, kind, rows, rs, n, w, m, inv, out);                                                            \
 	}
 #define KVS_VSUM_KINDS(name, C, H)                                                                                         \
 	KVS_VSUM_FN(name##_0, C, H, 0)                                                                                         \
@@ -536,11 +526,16 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 				 * H*D/16 accumulators in registers. */
 				const int H = D == 64 ? 4 : D == 128 ? 2 : 1;
 				/* int8 and int4 rows whose value groups hold whole runs
-				 * of 16 values are decoded in registers (kinds 3, 4). */
+				 * of 16 values are decoded in registers (kinds 3, 4);
+				 * int4 rows that more than one pass would decode again
+				 * are decoded once into vt instead (kind 0). */
 				int one = v->group % 16 == 0;
-				int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : v->prec == KVS_KV_INT8 && one ? 3 : v->prec == KVS_KV_INT4 && one ? 4 : 0;
-				float vt[KVS_TILE * 256], rs[KVS_TILE * 16], rz[KVS_TILE * 16];
+				int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : v->prec == KVS_KV_INT8 && one ? 3 : v->prec == KVS_KV_INT4 && one && group <= H ? 4 : 0;
+				float vt[KVS_TILE * 256], rs[KVS_TILE * 16], s8tab[256];
 				const void *rows[KVS_TILE];
+				/* Scale bytes' values: E5M3 (int8), signed E5M2 (int4). */
+				if (kind >= 3)
+					for (int c = 0; c < 256; c++) s8tab[c] = kind == 3 ? kvs_s8((uint8_t)c) : kvs_z8((uint8_t)c);
 				const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
 				for (int pa = p0; pa < np; pa += KVS_TILE) {
 					int tn = np - pa < KVS_TILE ? np - pa : KVS_TILE;
@@ -554,33 +549,34 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 						} else if (kind) {
 							int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
 							rows[i] = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * v->row_bytes;
-							for (int c = 0; c < D / 16; c++) {
-								int gg = (g * D + 16 * c) / v->group;
-								rs[16 * i + c] = kvs_s8(((const uint8_t *)v->scale)[si + gg]);
-								rz[16 * i + c] = kind == 4 ? kvs_z8(((const uint8_t *)v->zero)[si + gg]) : 0;
-							}
+							for (int c = 0; c < D / 16; c++) rs[16 * i + c] = s8tab[((const uint8_t *)v->scale)[si + (g * D + 16 * c) / v->group]];
 						} else {
 							rows[i] = value_row(v, lb, g, t, fp8tab, vt + i * D);
 						}
 					}
 					for (int h0 = 0; h0 < group;) {
 						int hn = group - h0 < H ? 1 : H;
-						fn[hn == H ? 0 : 1][kind](rows, rs, rz, tn, scratch + (int64_t)h0 * m + pa - p0, m, inv + h0, og + (int64_t)h0 * D);
+						fn[hn == H ? 0 : 1][kind](rows, rs, tn, scratch + (int64_t)h0 * m + pa - p0, m, inv + h0, og + (int64_t)h0 * D);
 						h0 += hn;
 					}
 				}
-				continue;
-			}
+			} else
 #endif
-			for (int p = p0; p < np; p++) {
-				int j = p / B, t = p % B;
-				int64_t lb = (int64_t)layer * v->blocks + tab[j];
-				const float *vr = value_row(v, lb, g, t, fp8tab, kb);
-				for (int hh = 0; hh < group; hh++) {
-					float pr = scratch[(int64_t)hh * m + p - p0] * inv[hh], *oh = og + hh * D;
-					for (int d = 0; d < D; d++) oh[d] += pr * vr[d];
+			{
+				for (int p = p0; p < np; p++) {
+					int j = p / B, t = p % B;
+					int64_t lb = (int64_t)layer * v->blocks + tab[j];
+					const float *vr = value_row(v, lb, g, t, fp8tab, kb);
+					for (int hh = 0; hh < group; hh++) {
+						float pr = scratch[(int64_t)hh * m + p - p0] * inv[hh], *oh = og + hh * D;
+						for (int d = 0; d < D; d++) oh[d] += pr * vr[d];
+					}
 				}
 			}
+			/* int4 values were weighted rotated: rotate each head's sum
+			 * back once. */
+			if (v->prec == KVS_KV_INT4)
+				for (int hh = 0; hh < group; hh++) kvs_wht(og + (int64_t)hh * D, D);
 		}
 	}
 	return KVS_OK;

@@ -319,8 +319,7 @@ int kvs_plane_ok(const struct kvs_kv_plane *p) {
 		return 0;
 	if (p->prec <= KVS_KV_BF16) return p->data_per_block == (int64_t)p->kv_heads * p->block_size * p->head_dim;
 	if (p->key && p->prec != KVS_KV_INT8 && p->prec != KVS_KV_INT4 && p->prec != KVS_KV_FP8) return 0;
-	int need_zero = p->prec == KVS_KV_INT4;
-	return p->group >= 1 && p->groups >= 1 && p->row_bytes >= 1 && p->scale && (!need_zero || p->zero) &&
+	return p->group >= 1 && p->groups >= 1 && p->row_bytes >= 1 && p->scale &&
 	       p->data_per_block == (int64_t)p->kv_heads * p->block_size * p->row_bytes;
 }
 

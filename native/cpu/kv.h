@@ -39,12 +39,92 @@ static inline __m512i kvs_nibbles16(const uint8_t *b) {
 }
 #endif
 
+/* kvs_int4_key_bytes is the bytes of one (kv head, key group)'s int4 key
+ * metadata: a 9-bit scale code and a 10-bit zero code a channel, as D low
+ * bytes of the scales, D low bytes of the zeros, then three planes of one
+ * bit a channel (the scales' bit 8, the zeros' bits 8 and 9). */
+static inline int kvs_int4_key_bytes(int D) { return 2 * D + 3 * ((D + 7) / 8); }
+
 /* kvs_key_scale_index returns the index in scale of layer-block lb, head h,
- * key group g's scales of a key plane: head_dim E5M3 scales (int4), or
+ * key group g's scales of a key plane: kvs_int4_key_bytes (int4), or
  * 1 + (head_dim+1)/2 bytes (int8, fp8). */
 static inline int64_t kvs_key_scale_index(const struct kvs_kv_plane *p, int64_t lb, int h, int g) {
-	int per = p->prec == KVS_KV_INT4 ? p->head_dim : 1 + (p->head_dim + 1) / 2;
+	int per = p->prec == KVS_KV_INT4 ? kvs_int4_key_bytes(p->head_dim) : 1 + (p->head_dim + 1) / 2;
 	return lb * p->scales_per_block + (int64_t)(h * p->groups + g) * per;
+}
+
+/* kvs_int4_key_sz decodes channel d's scale s (an f16's bits 14..6) and
+ * zero point z (bits 15..6) from int4 key metadata m (head dim D). */
+static inline void kvs_int4_key_sz(const uint8_t *m, int D, int d, float *s, float *z) {
+	int P = (D + 7) / 8, i = 2 * D + (d >> 3), b = d & 7;
+	unsigned s8 = (m[i] >> b) & 1, z8 = (m[i + P] >> b) & 1, z9 = (m[i + 2 * P] >> b) & 1;
+	*s = kvs_h2f((uint16_t)((m[d] | s8 << 8) << 6));
+	*z = kvs_h2f((uint16_t)((m[D + d] | z8 << 8 | z9 << 9) << 6));
+}
+
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+/* kvs_int4_key_sz16 is kvs_int4_key_sz for channels d..d+15 (d a multiple
+ * of 16). */
+static inline void kvs_int4_key_sz16(const uint8_t *m, int D, int d, __m512 *s, __m512 *z) {
+	int P = (D + 7) / 8, i = 2 * D + d / 8;
+	uint16_t b8, z8, z9;
+	memcpy(&b8, m + i, 2);
+	memcpy(&z8, m + i + P, 2);
+	memcpy(&z9, m + i + 2 * P, 2);
+	__m256i s16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(m + d)));
+	__m256i z16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(m + D + d)));
+	s16 = _mm256_mask_add_epi16(s16, (__mmask16)b8, s16, _mm256_set1_epi16(256));
+	z16 = _mm256_mask_add_epi16(z16, (__mmask16)z8, z16, _mm256_set1_epi16(256));
+	z16 = _mm256_mask_add_epi16(z16, (__mmask16)z9, z16, _mm256_set1_epi16(512));
+	*s = _mm512_cvtph_ps(_mm256_slli_epi16(s16, 6));
+	*z = _mm512_cvtph_ps(_mm256_slli_epi16(z16, 6));
+}
+#endif
+
+/* kvs_iq4 is int4 values' sixteen levels (llama.cpp's IQ4_NL table): a
+ * value is d*kvs_iq4[q], d its group's signed 8-bit scale. */
+static const float kvs_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* kvs_wht rotates a head's D values x in place by the orthonormal
+ * Walsh-Hadamard transform, in blocks of R = D & -D values (the largest
+ * power of two dividing D): butterflies, then one multiply by
+ * float(1/sqrt(R)). It is its own inverse; int4 values are stored rotated. */
+static inline void kvs_wht(float *x, int D) {
+	int R = D & -D;
+	float rs = (float)(1.0 / sqrt((double)R));
+	for (int b0 = 0; b0 < D; b0 += R) {
+		float *y = x + b0;
+		for (int h = 1; h < R; h *= 2)
+			for (int i = 0; i < R; i += 2 * h)
+				for (int j = i; j < i + h; j++) {
+					float a = y[j], c = y[j + h];
+					y[j] = a + c;
+					y[j + h] = a - c;
+				}
+		for (int j = 0; j < R; j++) y[j] *= rs;
+	}
+}
+
+/* kvs_int4_vrow writes head h, slot t of layer-block lb of an int4 value
+ * plane into out[head_dim] still rotated: d*kvs_iq4[q], one multiply a
+ * value (attention weights these and rotates its output once). */
+static inline void kvs_int4_vrow(const struct kvs_kv_plane *p, int64_t lb, int h, int t, float *out) {
+	int D = p->head_dim, G = p->group;
+	const uint8_t *src = (const uint8_t *)p->data + lb * p->data_per_block + (int64_t)(h * p->block_size + t) * p->row_bytes;
+	const uint8_t *sc8 = (const uint8_t *)p->scale + lb * p->scales_per_block + (int64_t)t * p->groups;
+	for (int d0 = 0; d0 < D;) {
+		int g = (h * D + d0) / G, d1 = (g + 1) * G - h * D;
+		if (d1 > D) d1 = D;
+		float s = kvs_z8(sc8[g]);
+		int d = d0;
+#if defined(__AVX512F__)
+		__m512 sv = _mm512_set1_ps(s), tab = _mm512_loadu_ps(kvs_iq4);
+		if (d & 1) out[d] = s * kvs_iq4[(src[d >> 1] >> 4) & 15], d++;
+		for (; d + 16 <= d1; d += 16) _mm512_storeu_ps(out + d, _mm512_mul_ps(sv, _mm512_permutexvar_ps(kvs_nibbles16(src + d / 2), tab)));
+#endif
+		for (; d < d1; d++) out[d] = s * kvs_iq4[(src[d >> 1] >> ((d & 1) * 4)) & 15];
+		d0 = d1;
+	}
 }
 
 /* kvs_key_group_scales decodes the per-channel scales of head h, key group g
@@ -55,16 +135,15 @@ static inline void kvs_key_group_scales(const struct kvs_kv_plane *p, int64_t lb
 	const uint8_t *sc = (const uint8_t *)p->scale + kvs_key_scale_index(p, lb, h, g);
 	int D = p->head_dim, d = 0;
 	if (p->prec == KVS_KV_INT4) {
-		const uint8_t *zp = (const uint8_t *)p->zero + kvs_key_scale_index(p, lb, h, g);
-#if defined(__AVX512F__)
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
 		for (; d + 16 <= D; d += 16) {
-			__m256i s16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(sc + d)));
-			__m256i z16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(zp + d)));
-			_mm512_storeu_ps(s + d, _mm512_cvtph_ps(_mm256_slli_epi16(s16, 7)));
-			_mm512_storeu_ps(z + d, _mm512_cvtph_ps(_mm256_slli_epi16(z16, 8)));
+			__m512 sv, zv;
+			kvs_int4_key_sz16(sc, D, d, &sv, &zv);
+			_mm512_storeu_ps(s + d, sv);
+			_mm512_storeu_ps(z + d, zv);
 		}
 #endif
-		for (; d < D; d++) s[d] = kvs_s8(sc[d]), z[d] = kvs_z8(zp[d]);
+		for (; d < D; d++) kvs_int4_key_sz(sc, D, d, s + d, z + d);
 		return;
 	}
 #if defined(__AVX512F__)
@@ -110,7 +189,7 @@ static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int 
 	}
 	}
 	const uint8_t *src = (const uint8_t *)p->data + di;
-	const uint8_t *sc8 = (const uint8_t *)p->scale, *z8 = (const uint8_t *)p->zero;
+	const uint8_t *sc8 = (const uint8_t *)p->scale;
 	if (p->key) {
 		int G = p->group, g = t / G;
 		if (resid) {
@@ -124,19 +203,20 @@ static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int 
 		int64_t si = kvs_key_scale_index(p, lb, h, g);
 		if (p->prec == KVS_KV_INT4) {
 			int d = 0;
-#if defined(__AVX512F__)
-			/* Sixteen channels at a time: the 8-bit codes shifted into f16
-			 * bits and converted exactly, then the same multiply and add. */
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+			/* Sixteen channels at a time: the codes shifted into f16 bits
+			 * and converted exactly, then the same multiply and add. */
 			for (; d + 16 <= D; d += 16) {
-				__m512 q = _mm512_cvtepi32_ps(kvs_nibbles16(src + d / 2));
-				__m256i s16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(sc8 + si + d)));
-				__m256i z16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(z8 + si + d)));
-				__m512 s = _mm512_cvtph_ps(_mm256_slli_epi16(s16, 7)), m = _mm512_cvtph_ps(_mm256_slli_epi16(z16, 8));
+				__m512 q = _mm512_cvtepi32_ps(kvs_nibbles16(src + d / 2)), s, m;
+				kvs_int4_key_sz16(sc8 + si, D, d, &s, &m);
 				_mm512_storeu_ps(out + d, _mm512_add_ps(_mm512_mul_ps(q, s), m));
 			}
 #endif
-			for (; d < D; d++)
-				out[d] = (float)((src[d >> 1] >> ((d & 1) * 4)) & 15) * kvs_s8(sc8[si + d]) + kvs_z8(z8[si + d]);
+			for (; d < D; d++) {
+				float s, m;
+				kvs_int4_key_sz(sc8 + si, D, d, &s, &m);
+				out[d] = (float)((src[d >> 1] >> ((d & 1) * 4)) & 15) * s + m;
+			}
 			return;
 		}
 		const uint8_t *sc = sc8 + si;
@@ -167,6 +247,11 @@ static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int 
 		}
 		return;
 	}
+	if (p->prec == KVS_KV_INT4) {
+		kvs_int4_vrow(p, lb, h, t, out);
+		kvs_wht(out, D);
+		return;
+	}
 	int G = p->group;
 	int64_t si = lb * p->scales_per_block + (int64_t)t * p->groups;
 	for (int d0 = 0; d0 < D;) {
@@ -183,14 +268,9 @@ static inline void kvs_decode_row(const struct kvs_kv_plane *p, int64_t lb, int 
 			for (int d = d0; d < d1; d++) out[d] = (fp8tab ? fp8tab[src[d]] : kvs_fp8(src[d])) * s;
 			break;
 		}
-		case KVS_KV_INT8: {
+		default: { /* int8 */
 			float s = kvs_s8(sc8[si + g]);
 			for (int d = d0; d < d1; d++) out[d] = (float)(int8_t)src[d] * s;
-			break;
-		}
-		default: {
-			float s = kvs_s8(sc8[si + g]), m = kvs_z8(z8[si + g]);
-			for (int d = d0; d < d1; d++) out[d] = (float)((src[d >> 1] >> ((d & 1) * 4)) & 15) * s + m;
 		}
 		}
 		d0 = d1;

@@ -1,5 +1,7 @@
 /* kvwrite.c: storing a token's K or V row in a block slot, with the bytes
  * engine/kvstore's Write produces (not a hot loop: one path). */
+#include <stdlib.h>
+
 #include "kv.h"
 
 /* f16_finite rounds x to a finite half (saturating at ±65504, NaN as 0). */
@@ -59,20 +61,65 @@ static uint8_t scale_up(float x) {
 	return (uint8_t)(c > 0xf7 ? 0xf7 : c);
 }
 
-/* scale_near and zero_near return the E5M3 and E5M2 codes nearest x (of
- * its f16, the dropped bits rounded half up), saturating; int4 takes them
- * and clamps its codes (engine/kvstore's scaleNear, zeroNear). */
-static uint8_t scale_near(float x) {
+/* ue5m4 is x's unsigned E5M4 code (an f16's bits 14..6, the dropped bits
+ * rounded half up), saturating at 495; 0 for x zero, negative or NaN. */
+static int ue5m4(float x) {
 	if (!(x > 0)) return 0;
-	uint32_t c = ((uint32_t)f16_finite(x) + 0x40) >> 7;
-	return (uint8_t)(c > 0xf7 ? 0xf7 : c);
+	int c = ((int)f16_finite(x) + 32) >> 6;
+	return c > 495 ? 495 : c;
 }
 
-static uint8_t zero_near(float x) {
-	if (x != x) return 0;
+/* se5m4 is x's signed E5M4 code as a signed integer (-0 is 0), and
+ * e5m4_value the value of such an integer c (|c| <= 495). */
+static int se5m4(float x) {
 	uint16_t f = f16_finite(x);
-	uint32_t m = ((uint32_t)(f & 0x7fff) + 0x80) >> 8;
-	return (uint8_t)((f >> 8 & 0x80) | (m > 0x7b ? 0x7b : m));
+	int m = ((f & 0x7fff) + 32) >> 6;
+	if (m > 495) m = 495;
+	return f & 0x8000 ? -m : m;
+}
+
+static float e5m4_value(int c) { return c < 0 ? -kvs_h2f((uint16_t)(-c << 6)) : kvs_h2f((uint16_t)(c << 6)); }
+
+/* set_bit sets or clears bit d of the bit plane at b. */
+static void set_bit(uint8_t *b, int d, int v) { b[d >> 3] = (uint8_t)((b[d >> 3] & ~(1 << (d & 7))) | (v & 1) << (d & 7)); }
+
+/* iq4_code is the index of u's nearest kvs_iq4 level (a tie to the lower,
+ * NaN to 0): how many of the fifteen midpoints u is above. */
+static uint8_t iq4_code(float u) {
+	static const float mid[15] = {-115.5f, -93.5f, -74, -57, -42, -28.5f, -16, -4.5f, 7, 19, 31.5f, 45.5f, 61, 79, 101};
+	uint8_t q = 0;
+	for (int k = 0; k < 15; k++) q += u > mid[k];
+	return q;
+}
+
+/* int4_values codes one group xs[0..n) of rotated int4 values (amax their
+ * largest magnitude): the signed 8-bit scale (an f16's top byte) among the
+ * seven codes around amax/127, either sign, with the least squared error
+ * summed in order (the first on a tie). It returns the scale byte and
+ * writes the codes to q. */
+static uint8_t int4_values(const float *xs, int n, float amax, uint8_t *q) {
+	if (amax == 0) {
+		for (int i = 0; i < n; i++) q[i] = 8;
+		return 0;
+	}
+	int c0 = ((int)f16_finite(amax / 127) + 0x80) >> 8;
+	if (c0 > 0x7b) c0 = 0x7b;
+	int lo = c0 - 3 > 1 ? c0 - 3 : 1, hi = c0 + 3 < 0x7b ? c0 + 3 : 0x7b, best = -1;
+	float be = 0;
+	for (int c = lo; c <= hi; c++)
+		for (int neg = 0; neg < 2; neg++) {
+			uint8_t b = (uint8_t)(neg << 7 | c);
+			float d = kvs_z8(b), id = 1 / d, e = 0;
+			for (int i = 0; i < n; i++) {
+				float t = d * kvs_iq4[iq4_code(xs[i] * id)];
+				t = t - xs[i];
+				e += t * t;
+			}
+			if (best < 0 || e < be) best = b, be = e;
+		}
+	float d = kvs_z8((uint8_t)best), id = 1 / d;
+	for (int i = 0; i < n; i++) q[i] = iq4_code(xs[i] * id);
+	return (uint8_t)best;
 }
 
 /* qmax8 is engine/kvstore's qmax: int8 127, int4 15, fp8 448. */
@@ -108,8 +155,10 @@ static void put_code(int prec, uint8_t *drow, int d, uint8_t q) {
 	}
 }
 
-/* write_row stores one row x at (layer, block, slot). */
-static void write_row(const struct kvs_kv_plane *p, int32_t layer, int32_t block, int32_t slot, const float *x) {
+/* write_row stores one row x at (layer, block, slot); xr and q are room
+ * for a row of floats and of codes (int4). */
+static void write_row(const struct kvs_kv_plane *p, int32_t layer, int32_t block, int32_t slot, const float *x, float *xr,
+                      uint8_t *q) {
 	int D = p->head_dim, B = p->block_size, H = p->kv_heads, row = H * D;
 	int64_t lb = (int64_t)layer * p->blocks + block;
 	if (p->prec <= KVS_KV_BF16) {
@@ -127,19 +176,23 @@ static void write_row(const struct kvs_kv_plane *p, int32_t layer, int32_t block
 	int G = p->group;
 	int64_t si = lb * p->scales_per_block + (int64_t)slot * p->groups;
 	int64_t base = lb * p->data_per_block + (int64_t)slot * p->row_bytes, stride = (int64_t)B * p->row_bytes;
+	if (p->prec == KVS_KV_INT4) {
+		/* int4 values are coded rotated, head by head. */
+		memcpy(xr, x, (size_t)row * sizeof *xr);
+		for (int h = 0; h < H; h++) kvs_wht(xr + h * D, D);
+		x = xr;
+	}
 	for (int g = 0; g < p->groups; g++) {
 		int lo = g * G, hi = lo + G < row ? lo + G : row;
 		const float *xs = x + lo;
 		int n = hi - lo, d = lo % D;
 		int64_t off = base + (lo / D) * stride;
-		float amax = 0, mn = xs[0], mx = xs[0];
+		float amax = 0;
 		for (int i = 0; i < n; i++) {
 			float a = xs[i] < 0 ? -xs[i] : xs[i];
 			if (a > amax) amax = a;
-			if (xs[i] < mn) mn = xs[i];
-			if (xs[i] > mx) mx = xs[i];
 		}
-		float id = 0, m = 0;
+		float id = 0;
 		if (p->prec == KVS_KV_Q8_0) {
 			float dq = amax / 127;
 			((uint16_t *)p->scale)[si + g] = f16_finite(dq);
@@ -150,22 +203,22 @@ static void write_row(const struct kvs_kv_plane *p, int32_t layer, int32_t block
 			}
 			continue;
 		}
-		uint8_t sc;
 		if (p->prec == KVS_KV_INT4) {
-			uint8_t zp = zero_near(mn);
-			((uint8_t *)p->zero)[si + g] = zp;
-			m = kvs_z8(zp);
-			sc = scale_near((mx - m) / 15);
-		} else {
-			sc = scale_up(amax / qmax8(p->prec));
-			/* int8: the code below when it codes the group with a smaller
-			 * squared error (engine/kvstore's int8Scale) */
-			if (p->prec == KVS_KV_INT8 && sc > 0 && sse8(xs, n, (uint8_t)(sc - 1)) < sse8(xs, n, sc)) sc--;
+			((uint8_t *)p->scale)[si + g] = int4_values(xs, n, amax, q);
+			for (int i = 0; i < n; i++) {
+				put_code(p->prec, data + off, d, q[i]);
+				if (++d == D) d = 0, off += stride;
+			}
+			continue;
 		}
+		uint8_t sc = scale_up(amax / qmax8(p->prec));
+		/* int8: the code below when it codes the group with a smaller
+		 * squared error (engine/kvstore's int8Scale) */
+		if (p->prec == KVS_KV_INT8 && sc > 0 && sse8(xs, n, (uint8_t)(sc - 1)) < sse8(xs, n, sc)) sc--;
 		((uint8_t *)p->scale)[si + g] = sc;
 		if (kvs_s8(sc) != 0) id = 1 / kvs_s8(sc);
 		for (int i = 0; i < n; i++) {
-			put_code(p->prec, data + off, d, code8(p->prec, xs[i], id, m));
+			put_code(p->prec, data + off, d, code8(p->prec, xs[i], id, 0));
 			if (++d == D) d = 0, off += stride;
 		}
 	}
@@ -216,11 +269,22 @@ int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n, const i
 	int64_t total = (int64_t)p->blocks * p->block_size, row = (int64_t)p->kv_heads * p->head_dim;
 	for (int64_t i = 0; i < n; i++)
 		if (slots[i] < 0 || slots[i] >= total || (p->key && !resid[i])) return KVS_ERR_ARG;
+	/* Room for one rotated int4 value row and its codes. */
+	float stack[2048], *xr = stack;
+	uint8_t qs[2048], *q = qs;
+	if (!p->key && p->prec == KVS_KV_INT4 && row > 2048) {
+		xr = malloc((size_t)row * sizeof *xr), q = malloc((size_t)row);
+		if (!xr || !q) {
+			free(xr), free(q);
+			return KVS_ERR_ARG;
+		}
+	}
 	for (int64_t i = 0; i < n; i++) {
 		int32_t b = slots[i] / p->block_size, t = slots[i] % p->block_size;
 		if (p->key) write_key(p, (int64_t)layer * p->blocks + b, t, rows + i * row, resid[i]);
-		else write_row(p, layer, b, t, rows + i * row);
+		else write_row(p, layer, b, t, rows + i * row, xr, q);
 	}
+	if (xr != stack) free(xr), free(q);
 	return KVS_OK;
 }
 
@@ -247,12 +311,39 @@ static int key_groups(const struct kvs_kv_plane *p, int64_t n, const int64_t *gr
 	return KVS_OK;
 }
 
+/* int4_key_codes picks channel d's zero code zc (signed) and scale code sc
+ * of an int4 key group of gn tokens (head h, residual r, first data row
+ * row0), range mn..mx: among the zeros z0-1..z0+1 around mn's code and, for
+ * each, the scales s0-1..s0+1 around (mx-z)/15's, the pair whose codes
+ * give the least squared error summed in token order (the first on a tie). */
+static void int4_key_codes(const struct kvs_kv_plane *p, const uint8_t *r, const uint8_t *row0, int h, int gn, int d, float mn,
+                           float mx, int *zc, int *sc) {
+	int z0 = se5m4(mn), first = 1;
+	float be = 0;
+	for (int zi = z0 - 1; zi <= z0 + 1; zi++) {
+		if (zi < -495 || zi > 495) continue;
+		float z = e5m4_value(zi);
+		int s0 = ue5m4((mx - z) / 15);
+		for (int si = s0 - 1 > 0 ? s0 - 1 : 0; si <= (s0 + 1 < 495 ? s0 + 1 : 495); si++) {
+			float s = e5m4_value(si), id = s != 0 ? 1 / s : 0, e = 0;
+			for (int tg = 0; tg < gn; tg++) {
+				float v = get_resid(p, r, row0 + tg * p->row_bytes, h, tg, d);
+				float t = (float)round_unsigned((v - z) * id, 15) * s;
+				t = t + z;
+				t = t - v;
+				e += t * t;
+			}
+			if (first || e < be) *zc = zi, *sc = si, be = e, first = 0;
+		}
+	}
+}
+
 int kvs_key_quantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *groups, uint8_t *const *resid) {
 	int rc = key_groups(p, n, groups, resid);
 	if (rc != KVS_OK) return rc;
 	int D = p->head_dim, G = p->group;
 	float qm = qmax8(p->prec), amax[KVS_MAX_HEAD_DIM];
-	uint8_t *scale = (uint8_t *)p->scale, *zero = (uint8_t *)p->zero;
+	uint8_t *scale = (uint8_t *)p->scale;
 	for (int64_t i = 0; i < n; i++) {
 		int64_t lb = groups[i] / p->groups;
 		int g = (int)(groups[i] % p->groups), lo = g * G, gn = p->block_size - lo < G ? p->block_size - lo : G;
@@ -294,11 +385,13 @@ int kvs_key_quantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *gro
 						float v = get_resid(p, r, row0 + tg * rs, h, tg, d);
 						mn = go_min(mn, v), mx = go_max(mx, v);
 					}
-					uint8_t zp = zero_near(mn);
-					zero[si + d] = zp;
-					m = kvs_z8(zp);
-					scale[si + d] = scale_near((mx - m) / 15);
-					s = kvs_s8(scale[si + d]);
+					int zc = 0, sc = 0;
+					int4_key_codes(p, r, row0, h, gn, d, mn, mx, &zc, &sc);
+					uint8_t *mt = scale + si;
+					int P = (D + 7) / 8, uz = zc < 0 ? -zc | 512 : zc;
+					mt[d] = (uint8_t)sc, mt[D + d] = (uint8_t)uz;
+					set_bit(mt + 2 * D, d, sc >> 8), set_bit(mt + 2 * D + P, d, uz >> 8), set_bit(mt + 2 * D + 2 * P, d, uz >> 9);
+					m = e5m4_value(zc), s = e5m4_value(sc);
 				} else {
 					s = kvs_key_scale(scale + si, d);
 				}

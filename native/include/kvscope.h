@@ -297,15 +297,20 @@ enum kvs_kv_prec {
  *     IEEE half, bfloat16 bits).
  *   - q8_0, fp8, int8/int4 values ("row" planes): data holds bytes
  *     [lb][kv_head][slot][row_bytes] (int4: two values a byte, even dim in the
- *     low nibble; int8: signed codes); scale (and zero, for int4) hold
- *     [lb][slot][groups], each group `group` consecutive values of the token's
- *     kv_heads*head_dim row (the last may be shorter): for q8_0 f16 bits,
- *     otherwise one byte each: an E5M3 scale (the f16 of its bits << 7) and,
- *     for int4, an E5M2 zero point (the f16 of its bits << 8).
+ *     low nibble; int8: signed codes); scale holds [lb][slot][groups], each
+ *     group `group` consecutive values of the token's kv_heads*head_dim row
+ *     (the last may be shorter): for q8_0 f16 bits, otherwise one byte each:
+ *     an E5M3 scale (the f16 of its bits << 7), for int4 a signed scale d
+ *     (the f16 of its bits << 8). int4 values are stored rotated, each head's
+ *     D values by the orthonormal Walsh-Hadamard transform in blocks of
+ *     D & -D, as codes q of d*T[q], T llama.cpp's IQ4_NL table.
  *   - int8/int4/fp8 keys (key != 0): data as row planes, quantized per channel
- *     over key groups of `group` tokens. int4: scale and zero hold bytes
- *     [lb][kv_head][groups][head_dim], an E5M3 scale and E5M2 zero point per
- *     channel. int8, fp8 (symmetric): scale holds, per [lb][kv_head][groups],
+ *     over key groups of `group` tokens. int4: scale holds, per
+ *     [lb][kv_head][groups], 2*head_dim + 3*ceil(head_dim/8) bytes: the low
+ *     bytes of each channel's 9-bit scale code (an f16's bits 14..6), the low
+ *     bytes of its 10-bit zero code (bits 15..6), then bit planes of the
+ *     scales' bit 8 and the zeros' bits 8 and 9; a key is q*s + z.
+ *     int8, fp8 (symmetric): scale holds, per [lb][kv_head][groups],
  *     1 + (head_dim+1)/2 bytes: an E5M3 base b, then a 4-bit multiplier m per
  *     channel (even dim in the low nibble): the channel's scale is
  *     b*(m+1)/16. A key group not yet full lives in an f16 residual slot
@@ -322,13 +327,13 @@ struct kvs_kv_plane {
 	int64_t data_per_block, scales_per_block;
 	const void *data;
 	const void *scale;
-	const void *zero;
+	const void *zero; /* unused (NULL): int4 keeps no zero points since ABI 9 */
 };
 
 /* kvs_kv_write stores n tokens' rows, rows[i] holding kv_heads*head_dim
  * values (head-major), in layer of plane p at slots[i] (block*block_size +
  * slot in block), in row order, rounding as engine/kvstore's Write does
- * (bit-identical bytes). data, scale and zero must be writable. A slot out
+ * (bit-identical bytes). data and scale must be writable. A slot out
  * of range returns KVS_ERR_ARG before anything is written.
  * resid: NULL, except for int8/int4/fp8 keys (p->key), whose key groups are
  * quantized across tokens: resid[i] is then the residual slot of row i's key
@@ -343,9 +348,11 @@ KVS_API int kvs_kv_write(const struct kvs_kv_plane *p, int32_t layer, int64_t n,
  * from their residual slots: group i is key group groups[i] % p->groups of
  * layer-block groups[i] / p->groups, its every token written into resid[i]
  * (kvs_kv_write). Per channel (kv_head, dim) over the group's tokens, as
- * engine/kvstore stores a group when it fills: int4 zero = the E5M2 code
- * nearest min, scale = the E5M3 code nearest (max-zero)/15, q =
- * round((x-zero)/scale) halves up, clamped to 0..15; int8 and fp8 take a base
+ * engine/kvstore stores a group when it fills: int4 takes, of the zero codes
+ * z0-1..z0+1 around min's (signed E5M4) and for each the scale codes
+ * s0-1..s0+1 around (max-zero)/15's (E5M4), the pair with the least
+ * squared error, q = round((x-zero)/scale) halves up, clamped to 0..15
+ * (engine/kvstore's doc says it exactly); int8 and fp8 take a base
  * b = E5M3(amax/qmax) over the head's channels rounded up (qmax 127, 448),
  * per channel the smallest m in 0..15 with b*(m+1)/16 >= amax_channel/qmax,
  * then q = round_half_away(x/scale) clamped to ±127 or E4M3(x/scale). The
@@ -409,7 +416,7 @@ KVS_API int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plan
  * weights, activations, quantized activations, outputs, positions, slots,
  * token ids, gather rows, n_pos, tables, table_off, k_resid and resid (arrays
  * of device pointers to residual slots in device memory), frequency
- * factors, scratch, and the data, scale and zero arrays that a struct
+ * factors, scratch, and the data and scale arrays that a struct
  * kvs_kv_plane names. Small descriptor structs (struct kvs_kv_plane itself)
  * are passed by host pointer and read before the call returns. Host memory
  * crosses only through kvs_memcpy_h2d and kvs_memcpy_d2h.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -162,8 +163,42 @@ func refAttention(s *kvstore.Store, layer, heads, window int, scale float32, q [
 			out[h*D+d] = o
 			bound[h*D+d] = (2*es+float64(row.NPos+8)*0x1p-23)*abs*1.01 + 1e-30
 		}
+		if c.V == kvstore.Int4 {
+			// Int4 values are weighted rotated (v' = Hv, H orthonormal,
+			// in blocks of R = D&-D) and each output rotated back:
+			// output d takes every rotated sum j of its block's error
+			// /sqrt(R), plus log2(R)+1 roundings of the transform.
+			R := D & -D
+			for b0 := 0; b0 < D; b0 += R {
+				var tot float64
+				for j := b0; j < b0+R; j++ {
+					var a float64
+					for p := range sc {
+						a += sc[p] / sum * math.Abs(rotated(vs[(g*row.NPos+p)*D+b0:], R, j-b0))
+					}
+					tot += a
+				}
+				for d := b0; d < b0+R; d++ {
+					bound[h*D+d] = ((2*es+float64(row.NPos+8)*0x1p-23)/math.Sqrt(float64(R))+float64(bits.Len(uint(R))+1)*0x1p-23)*tot*1.01 + 1e-30
+				}
+			}
+		}
 	}
 	return out, bound
+}
+
+// rotated returns component j of the orthonormal Walsh-Hadamard transform
+// of x[:R] (R a power of two), in float64.
+func rotated(x []float32, R, j int) float64 {
+	var o float64
+	for i := range R {
+		if bits.OnesCount(uint(i&j))%2 == 0 {
+			o += float64(x[i])
+		} else {
+			o -= float64(x[i])
+		}
+	}
+	return o / math.Sqrt(float64(R))
 }
 
 // keyGroupScales returns the channel scales and zero points (zero but for
@@ -181,16 +216,23 @@ func keyGroupScales(s *kvstore.Store, l, b, h, t int) (sc, zp []float64) {
 		return nil, nil
 	}
 	D := c.HeadDim
+	P := (D + 7) / 8
 	per := 1 + (D+1)/2
 	if c.K == kvstore.Int4 {
-		per = D
+		per = 2*D + 3*P
 	}
 	i := (l*c.Blocks+b)*r.ScalesPerBlock + (h*r.Groups+g)*per
 	s8 := func(code uint8) float64 { return float64(quant.F16ToF32(uint16(code) << 7)) }
 	sc, zp = make([]float64, D), make([]float64, D)
 	for d := range D {
 		if c.K == kvstore.Int4 {
-			sc[d], zp[d] = s8(r.Scale8[i+d]), float64(quant.F16ToF32(uint16(r.Zero8[i+d])<<8))
+			// A 9-bit scale and a 10-bit zero code: low bytes, then
+			// bit planes of their high bits (kvs_int4_key_sz).
+			m := r.Scale8[i:]
+			bit := func(plane int) uint16 { return uint16(m[2*D+plane*P+d/8]>>(d%8)) & 1 }
+			scode := uint16(m[d]) | bit(0)<<8
+			zcode := uint16(m[D+d]) | bit(1)<<8 | bit(2)<<9
+			sc[d], zp[d] = float64(quant.F16ToF32(scode<<6)), float64(quant.F16ToF32(zcode<<6))
 		} else {
 			sc[d] = s8(r.Scale8[i]) * float64(r.Scale8[i+1+d/2]>>(4*(d%2))&15+1) / 16
 		}
