@@ -76,8 +76,8 @@ __device__ __forceinline__ int e5m4_signed(float x) {
 __device__ __forceinline__ float e5m4_value(int c) { return c < 0 ? -e5m4((uint32_t)-c) : e5m4((uint32_t)c); }
 
 /* iq4_code returns the IQ4_NL code of u: how many of the midpoints between
- * iq4_tab's neighbours u is above (a tie goes to the lower entry; NaN to
- * 0). */
+ * neighbouring entries of the table (iq4_value) u is above (a tie goes to
+ * the lower entry; NaN to 0). */
 __device__ __forceinline__ int iq4_code(float u) {
 	return (u > -115.5f) + (u > -93.5f) + (u > -74.0f) + (u > -57.0f) + (u > -42.0f) + (u > -28.5f) + (u > -16.0f) +
 	       (u > -4.5f) + (u > 7.0f) + (u > 19.0f) + (u > 31.5f) + (u > 45.5f) + (u > 61.0f) + (u > 79.0f) +
@@ -159,7 +159,7 @@ __device__ void write_int4_values(const struct kvs_kv_plane &p, int64_t lb, int6
 		if (lo + k / 2 > hi) continue;
 		float d = z8f((uint8_t)((k & 1) << 7 | (lo + k / 2))), id = __frcp_rn(d), e = 0;
 		for (int i = g * G; i < min(g * G + G, row); i++) {
-			float v = xr[i], u = __fsub_rn(__fmul_rn(d, iq4_tab[iq4_code(__fmul_rn(v, id))]), v);
+			float v = xr[i], u = __fsub_rn(__fmul_rn(d, iq4_value(iq4_code(__fmul_rn(v, id)))), v);
 			e = __fadd_rn(e, __fmul_rn(u, u));
 		}
 		err[c] = e;

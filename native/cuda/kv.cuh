@@ -19,9 +19,15 @@ int kvs_plane_check(const struct kvs_kv_plane *p);
 __device__ __forceinline__ float s8f(uint8_t c) { return h2f((uint16_t)(c << 7)); }
 __device__ __forceinline__ float z8f(uint8_t c) { return h2f((uint16_t)(c << 8)); }
 
-/* iq4_tab is IQ4_NL's 16 values, int4 values' codes (times the group's
- * scale d). */
-__constant__ const float iq4_tab[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+/* iq4_value returns entry q of IQ4_NL's table {-127, -104, -83, -65, -49,
+ * -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}, int4 values' codes (times
+ * the group's scale d), from four words of its int8 bytes held in
+ * registers: a table in constant memory would serialize a warp's lanes
+ * reading different entries. */
+__device__ __forceinline__ float iq4_value(int q) {
+	uint32_t w = q & 8 ? (q & 4 ? 0x71594535u : 0x26190d01u) : (q & 4 ? 0xf6eaddcfu : 0xbfad9881u);
+	return (float)(int8_t)(uint8_t)(w >> (8 * (q & 3)));
+}
 
 /* kv_value returns value d of head h, slot t of layer-block lb (int4
  * values: rotated, d*T[q]). */
@@ -37,7 +43,7 @@ __device__ __forceinline__ float kv_value(const struct kvs_kv_plane &p, int64_t 
 	case KVS_KV_Q8_0: return __fmul_rn((float)(int8_t)src[d], h2f(((const uint16_t *)p.scale)[si]));
 	case KVS_KV_INT8: return __fmul_rn((float)(int8_t)src[d], s8f(((const uint8_t *)p.scale)[si]));
 	default: /* int4: the signed scale is the top byte of an f16 */
-		return __fmul_rn(z8f(((const uint8_t *)p.scale)[si]), iq4_tab[(src[d >> 1] >> ((d & 1) * 4)) & 15]);
+		return __fmul_rn(z8f(((const uint8_t *)p.scale)[si]), iq4_value((src[d >> 1] >> ((d & 1) * 4)) & 15));
 	}
 }
 
