@@ -50,7 +50,7 @@ var Precision = &Lesson{
 				ok && m.TotalBlocks > 0 && m.UsedBlocks > 0
 		},
 	}, {
-		Explain: fmt.Sprintf("The same budget at int4: keys quantized per channel, values per token, four bits each with an 8-bit scale and zero point. More tokens fit. Held at token %d of the same greedy reply.", precisionHoldAt),
+		Explain: fmt.Sprintf("The same budget at int4: four bits a value, keys per channel over 16 tokens with a scale and zero point each, values per token, rotated and coded with a 16-level table and one scale per 16 values. More tokens fit. Held at token %d of the same greedy reply.", precisionHoldAt),
 		Promise: "more tokens held at int4 than at f16",
 		Do: func(v *Env) (*engine.Snapshot, error) {
 			if _, err := v.RunUntil(ended(v.Get("f16").(*Req))); err != nil {

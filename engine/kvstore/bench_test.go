@@ -16,7 +16,7 @@ var benchShapes = []struct {
 
 // BenchmarkWrite measures one token's K and V rows written to one layer, at
 // block size 32, cycling through the slots of a few blocks (Int8 and Int4
-// keys quantize a key group every 32nd write).
+// keys quantize a key group every 16th write).
 func BenchmarkWrite(b *testing.B) {
 	for _, sh := range benchShapes {
 		for _, p := range allPrecisions {

@@ -101,10 +101,10 @@ func TestBlockBytes(t *testing.T) {
 		{FP8, FP8, 5 * (1024 + 40 + 1024 + 32), 2560, 8.3125, 8.25},
 		{Int8, Int8, 5 * (1024 + 40 + 1024 + 32), 2560, 8.3125, 8.25},
 		// Int4 keys: a 9-bit scale and 10-bit zero point per channel over
-		// 32 tokens, 19 bytes a head (4 + 19/32 bits a value); values: a
-		// byte per group of 16 (4.5 bits).
-		{Int4, Int4, 5 * (512 + 76 + 512 + 64), 10240, 4.59375, 4.5},
-		{Int4, F16, 5 * (512 + 76 + 2048), 10240, 4.59375, 16},
+		// 16 tokens, 19 bytes a head and key group (4 + 19/16 bits a
+		// value); values: a byte per group of 16 (4.5 bits).
+		{Int4, Int4, 5 * (512 + 152 + 512 + 64), 5120, 5.1875, 4.5},
+		{Int4, F16, 5 * (512 + 152 + 2048), 5120, 5.1875, 16},
 	}
 	for _, tc := range cases {
 		c := stories(32, 1, tc.k, tc.v)
@@ -133,7 +133,7 @@ func TestBlockBytes(t *testing.T) {
 	}
 	c := stories(32, 1, Int4, Int4)
 	for _, tc := range []struct{ n, want int }{
-		{0, 0}, {1, 5820 + 10240}, {32, 5820}, {33, 2*5820 + 10240}, {1000, 32*5820 + 10240},
+		{0, 0}, {1, 6200 + 5120}, {32, 6200}, {33, 2*6200 + 5120}, {1000, 32*6200 + 5120},
 	} {
 		if got := SequenceBytes(c, tc.n); got != tc.want {
 			t.Errorf("SequenceBytes(%d tokens) = %d, want %d", tc.n, got, tc.want)

@@ -8,7 +8,7 @@ import (
 
 // A store for stories260K's shape (5 layers, 4 KV heads, head dim 8) with
 // 4-bit KIVI-style keys and values: the block's keys read back exactly (at
-// f16) until its key group of 32 tokens is full.
+// f16) until its key group of 16 tokens is full.
 func Example() {
 	k, err := kvstore.ParsePrecision("int4")
 	if err != nil {
@@ -37,6 +37,6 @@ func Example() {
 		kvstore.BlockBytes(c), kb, vb, kvstore.ResidualBytes(c))
 	// Output:
 	// head 1, token 2: [4 4.25 4.5 4.75 5 5.25 5.5 5.75]
-	// residual bytes held (layer 0's partial key group): 2048
-	// block: 5820 bytes (K 4.6, V 4.5 bits a value); residual of a partial key group: 10240 bytes
+	// residual bytes held (layer 0's partial key group): 1024
+	// block: 6200 bytes (K 5.2, V 4.5 bits a value); residual of a partial key group: 5120 bytes
 }
