@@ -15,7 +15,10 @@
  * Prefill (kvs_attention given at least TILE_MIN_ROWS rows) runs
  * attn_tile_kernel instead: the rows of a prompt chunk share each decoded K
  * and V row through shared memory, while every row's arithmetic stays the
- * decode kernel's, so a row gets the same bits whichever kernel runs. */
+ * decode kernel's, so a row gets the same bits whichever kernel runs.
+ *
+ * Int4 values are stored rotated (kv.cuh): both kernels weight the rotated
+ * rows, and rotate_kernel then rotates each head's output back, once. */
 #include <math.h>
 
 #include "common.cuh"
@@ -338,11 +341,19 @@ __global__ void reduce_kernel(int32_t heads, int32_t head0, int32_t D, int32_t w
 	}
 }
 
+/* rotate_kernel rotates the output of query head head0 + blockIdx.y of row
+ * blockIdx.x back from int4 values' rotation (wht_rows, its own inverse):
+ * attention over rotated rows is the rotated attention. */
+__global__ void rotate_kernel(int32_t heads, int32_t head0, int32_t D, float *__restrict__ out) {
+	int R = wht_size(D);
+	wht_rows(out + ((int64_t)blockIdx.x * heads + head0 + blockIdx.y) * D, D, R, wht_scale(R));
+}
+
 /* smem_bytes is the attention kernel's shared memory for G heads of D. */
 static size_t smem_bytes(int64_t G, int64_t D) { return (size_t)(2 * G * D + G * PART + 4 * G) * sizeof(float); }
 
-/* max_smem returns the shared memory a block may opt in to. */
-static int max_smem(void) {
+/* kvs_max_smem returns the shared memory a block may opt in to. */
+int kvs_max_smem(void) {
 	static int v = -1;
 	if (v < 0) {
 		int dev = 0;
@@ -359,7 +370,7 @@ KVS_EXPORT int64_t kvs_attention_scratch(int64_t n, int32_t heads, int32_t kv_he
 	if (n < 0 || heads < 1 || kv_heads < 1 || heads % kv_heads || heads / kv_heads > KVS_MAX_GROUP || head_dim < 1 ||
 	    head_dim > KVS_MAX_HEAD_DIM || max_pos < 1)
 		return KVS_ERR_ARG;
-	if (smem_bytes(heads / kv_heads, head_dim) > (size_t)max_smem()) return KVS_ERR_ARG;
+	if (smem_bytes(heads / kv_heads, head_dim) > (size_t)kvs_max_smem()) return KVS_ERR_ARG;
 	if (max_pos <= PART) return 0; /* every row is one partition: no partial results */
 	return n * heads * WORKERS * (int64_t)(head_dim + 2) * (int64_t)sizeof(float);
 }
@@ -381,7 +392,7 @@ KVS_EXPORT int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_p
 	if (n == 0 || head0 == head1) return KVS_OK;
 	if (!q || !n_pos || !tables || !table_off || !out) return KVS_ERR_ARG;
 	size_t smem = smem_bytes(G, k->head_dim);
-	if (smem > (size_t)max_smem()) return KVS_ERR_ARG;
+	if (smem > (size_t)kvs_max_smem()) return KVS_ERR_ARG;
 	if (smem > 48 * 1024) {
 		cudaError_t err = cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 		if (err != cudaSuccess) return kvs_record("attention shared memory", err);
@@ -398,7 +409,7 @@ KVS_EXPORT int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_p
 	int R = 0;
 	if (n >= TILE_MIN_ROWS)
 		for (int r = 16; r >= 2 && !R; r /= 2)
-			if (tile_smem(r, G, k->head_dim) <= (size_t)max_smem()) R = r;
+			if (tile_smem(r, G, k->head_dim) <= (size_t)kvs_max_smem()) R = r;
 	if (R) {
 		size_t ts = tile_smem(R, G, k->head_dim);
 		if (ts > 48 * 1024) {
@@ -412,8 +423,13 @@ KVS_EXPORT int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_p
 		KVS_LAUNCH(grid, ATT_THREADS, smem, st, attn_kernel)(*k, *v, layer, heads, head0, G, window, scale, q, n_pos, tables,
 		                                             table_off, k_resid, wmax, wsum, wacc, out);
 	}
-	if ((rc = kvs_launched("attention")) != KVS_OK || !scratch) return rc;
-	KVS_LAUNCH(dim3((unsigned)n, (unsigned)(head1 - head0)), ATT_THREADS, 0, st, reduce_kernel)(heads, head0, k->head_dim, window, n_pos,
-	                                                                               wmax, wsum, wacc, out);
-	return kvs_launched("attention reduce");
+	if ((rc = kvs_launched("attention")) != KVS_OK) return rc;
+	if (scratch) {
+		KVS_LAUNCH(dim3((unsigned)n, (unsigned)(head1 - head0)), ATT_THREADS, 0, st, reduce_kernel)(heads, head0, k->head_dim, window,
+		                                                                               n_pos, wmax, wsum, wacc, out);
+		if ((rc = kvs_launched("attention reduce")) != KVS_OK) return rc;
+	}
+	if (v->prec != KVS_KV_INT4) return KVS_OK;
+	KVS_LAUNCH(dim3((unsigned)n, (unsigned)(head1 - head0)), ATT_THREADS, 0, st, rotate_kernel)(heads, head0, k->head_dim, out);
+	return kvs_launched("attention rotation");
 }

@@ -45,6 +45,10 @@ int kvs_launched(const char *what);
 /* kvs_set_error sets kvs_last_error's message without a device failure. */
 void kvs_set_error(const char *msg);
 
+/* kvs_max_smem returns the dynamic shared memory a kernel may opt in to
+ * (attention.cu). */
+int kvs_max_smem(void);
+
 /* Blocks of the weight types (ggml's layouts). */
 struct __align__(2) blk_q4_0 {
 	uint16_t d;

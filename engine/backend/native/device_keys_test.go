@@ -38,9 +38,10 @@ func TestDeviceKeyGroups(t *testing.T) {
 		{kvstore.Int8, kvstore.Q8_0, 7, 6, 4},   // an odd head dim; groups of 4 and 2
 		{kvstore.Int4, kvstore.Int4, 9, 4, 0},   // the default group: the block
 		{kvstore.Int8, kvstore.F16, 8, 1, 0},    // block size 1: every token fills its group
-		{kvstore.Int4, kvstore.Q8_0, 8, 256, 0}, // block size 256: groups of 32
+		{kvstore.Int4, kvstore.Q8_0, 8, 256, 0}, // block size 256: groups of 16
 		{kvstore.FP8, kvstore.FP8, 40, 7, 3},    // fp8 keys per channel, groups of 3, 3 and 1
 		{kvstore.Int8, kvstore.Int8, 32, 16, 0}, // parity-llama3's head dim at block size 16
+		{kvstore.Int4, kvstore.Int4, 32, 16, 0}, // int4 at the same: values rotated in blocks of 32, groups of 16
 	} {
 		cfg := kvstore.Config{Layers: 2, KVHeads: 2, HeadDim: tc.headDim, BlockSize: tc.bs, Blocks: 17, K: tc.k, V: tc.v, KeyGroup: tc.kg}
 		name := tc.k.String() + "/" + tc.v.String()

@@ -190,7 +190,7 @@ func (c *devCache) Copy(dst, src int) {
 }
 
 // saveMagic starts every block a device cache saves.
-const devSaveMagic = "KVD2"
+const devSaveMagic = "KVD3"
 
 func (c *devCache) header() []uint32 {
 	g := c.cfg

@@ -279,11 +279,20 @@ func TestDeviceErrors(t *testing.T) {
 // decode row of another sequence (on CUDA: the prefill kernel, tiles of
 // rows sharing their K/V reads), across partition boundaries (contexts over
 // 256 positions: partial results and their reduction), with and without a
-// sliding window, and bounded against the Go backend.
+// sliding window, and bounded against the Go backend; for q8_0 and int4
+// values.
 func TestDeviceAttentionInvariance(t *testing.T) {
+	// q8_0 values, and int4 values, which are weighted rotated (the
+	// output rotated back once on CUDA)
+	for _, vp := range []kvstore.Precision{kvstore.Q8_0, kvstore.Int4} {
+		t.Run(vp.String(), func(t *testing.T) { attentionInvariance(t, vp) })
+	}
+}
+
+func attentionInvariance(t *testing.T, vp kvstore.Precision) {
 	d := hostDevice(t)
 	r := rand.New(rand.NewPCG(4, 4))
-	cfg := kvstore.Config{Layers: 1, KVHeads: 2, HeadDim: 64, BlockSize: 16, Blocks: 48, K: kvstore.F16, V: kvstore.Q8_0}
+	cfg := kvstore.Config{Layers: 1, KVHeads: 2, HeadDim: 64, BlockSize: 16, Blocks: 48, K: kvstore.F16, V: vp}
 	const heads = 8
 	row, qd := cfg.KVHeads*cfg.HeadDim, heads*cfg.HeadDim
 	c, err := d.NewCache(cfg)
