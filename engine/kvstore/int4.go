@@ -156,11 +156,13 @@ func checkKeyMeta(l, D int, meta []byte) error {
 // for its group's signed scale d.
 var nlTable = [16]float32{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
-// nlMid holds the midpoints between consecutive levels (exact halves).
-var nlMid = func() (m [15]float32) {
-	for k := range m {
+// nlMid holds the 15 midpoints between consecutive levels (exact halves),
+// and +Inf past them so that nlCode's indices need no bounds checks.
+var nlMid = func() (m [16]float32) {
+	for k := range 15 {
 		m[k] = (nlTable[k] + nlTable[k+1]) / 2
 	}
+	m[15] = float32(math.Inf(1))
 	return m
 }()
 
@@ -169,10 +171,17 @@ var nlMid = func() (m [15]float32) {
 // ascend).
 func nlCode(u float32) uint8 {
 	var q uint8
-	for _, step := range [4]uint8{8, 4, 2, 1} {
-		if u > nlMid[q+step-1] {
-			q += step
-		}
+	if u > nlMid[7] {
+		q = 8
+	}
+	if u > nlMid[(q+3)&15] {
+		q += 4
+	}
+	if u > nlMid[(q+1)&15] {
+		q += 2
+	}
+	if u > nlMid[q&15] {
+		q++
 	}
 	return q
 }
