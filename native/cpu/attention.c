@@ -6,13 +6,11 @@
  * sixteen-lane order of simd.h's dot_any). A quantized int8/int4 key group
  * is scored with exact integer dot products instead: per query head and key
  * group the channel scales are folded into the query, q'[d] = q[d]*s[d],
- * which is rounded to codes X[d] = rint(q'[d]*QX/amax) (amax the largest
- * |q'[d]|, step qd = amax/QX). int8 keys take 22-bit codes (QX = KVS_QX),
- * X = 128*Q[d] + Qc[d], and a token's score is (((float)S*128 + (float)Sc)
- * * qd) * scale, S and Sc the sums of Q[d]*code[d] and Qc[d]*code[d]. int4
- * keys, whose own step is a fifteenth of a channel's range, take 15-bit
- * codes (QX = KVS_QX4), Q = X, and their score is ((float)S * qd + cz) *
- * scale, cz the float dot product of q with the group's zero points. The
+ * which is rounded to 22-bit codes X[d] = rint(q'[d]*KVS_QX/amax) = 128*Q[d]
+ * + Qc[d] (amax the largest |q'[d]|, step qd = amax/KVS_QX); a token's score
+ * is then (((float)S*128 + (float)Sc) * qd + cz) * scale, with S and Sc the
+ * sums of Q[d]*code[d] and Qc[d]*code[d], cz = 0 for int8 and
+ * for int4 the float dot product of q with the group's zero points. The
  * integer sums are exact in every lane order, so each path computes them its
  * own way (AVX-512 and AVX2 on sixteen or eight tokens at once, summed
  * across lanes by a fixed tree) with the scalar path's bits. fp8 groups
@@ -30,9 +28,6 @@
  * to +-127, int4 codes are 0..15) sum within int32 (1024*16384*127 <
  * 2^31). */
 #define KVS_QX 2097151
-/* KVS_QX4 is the largest |X[d]| of a query's 15-bit codes for int4 keys:
- * 1024*16383*15 < 2^31. */
-#define KVS_QX4 16383
 /* KVS_TILE tokens of a key group are widened and scored at a time. */
 #define KVS_TILE 16
 
@@ -175,15 +170,13 @@ static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_
 }
 #endif
 
-/* quant_query rounds q'[d] = q[d]*s[d] to codes X[d] =
- * rint(clamp(q'[d]*(qx/amax))) (amax the largest |q'[d]|, exact in any
- * order): for qx = KVS_QX split as X = 128*Q[d] + Qc[d] with Q in int16
- * (-16384..16383) and Qc in 0..127, for qx = KVS_QX4 Q = X and Qc = 0 (zero
- * past D); it returns the step amax/qx. Every path does the same
- * operations. */
-static float quant_query(const float *q, const float *s, int D, int Dp, int qx, int16_t *Q, int16_t *Qc) {
-	const float QM = (float)qx;
-	int split = qx == KVS_QX;
+/* quant_query rounds q'[d] = q[d]*s[d] to 22-bit codes X[d] =
+ * rint(clamp(q'[d]*(KVS_QX/amax))) (amax the largest |q'[d]|, exact in any
+ * order), split as X = 128*Q[d] + Qc[d] with Q in int16 (-16384..16383) and
+ * Qc in 0..127 (zero past D); it returns the step amax/KVS_QX. Every path
+ * does the same operations. */
+static float quant_query(const float *q, const float *s, int D, int Dp, int16_t *Q, int16_t *Qc) {
+	const float QM = (float)KVS_QX;
 	float amax = 0;
 	int d = 0;
 #if defined(__AVX512F__)
@@ -216,13 +209,8 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int qx, 
 		for (; d + 16 <= D; d += 16) {
 			__m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(s + d)), iv);
 			__m512i X = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(x, lo), hi));
-			if (split) {
-				_mm256_storeu_si256((__m256i *)(Q + d), _mm512_cvtepi32_epi16(_mm512_srai_epi32(X, 7)));
-				_mm256_storeu_si256((__m256i *)(Qc + d), _mm512_cvtepi32_epi16(_mm512_and_si512(X, _mm512_set1_epi32(127))));
-			} else {
-				_mm256_storeu_si256((__m256i *)(Q + d), _mm512_cvtepi32_epi16(X));
-				_mm256_storeu_si256((__m256i *)(Qc + d), _mm256_setzero_si256());
-			}
+			_mm256_storeu_si256((__m256i *)(Q + d), _mm512_cvtepi32_epi16(_mm512_srai_epi32(X, 7)));
+			_mm256_storeu_si256((__m256i *)(Qc + d), _mm512_cvtepi32_epi16(_mm512_and_si512(X, _mm512_set1_epi32(127))));
 		}
 	}
 #endif
@@ -232,8 +220,7 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int qx, 
 		x = x > -QM ? x : -QM;
 		x = x < QM ? x : QM;
 		int32_t X = (int32_t)rintf(x);
-		if (split) Q[d] = (int16_t)((X - (X & 127)) / 128), Qc[d] = (int16_t)(X & 127);
-		else Q[d] = (int16_t)X, Qc[d] = 0;
+		Q[d] = (int16_t)((X - (X & 127)) / 128), Qc[d] = (int16_t)(X & 127);
 	}
 	for (; d < Dp; d++) Q[d] = Qc[d] = 0;
 	return amax / QM;
@@ -245,7 +232,7 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int qx, 
  * sixteen tokens (int8 codes plus 128, as unsigned bytes; int4 bytes split
  * into their even and odd channels' nibbles), and each head's Q, split as
  * 128*Qh + Ql (Qh in -128..127, Ql in 0..127), takes two vpdpbusd a
- * register (int8 a third, for Qc), lane t summing token t. The sums wrap in uint32 (the int8 codes'
+ * register, lane t summing token t. The sums wrap in uint32 (the int8 codes'
  * offset times sum(Q) may pass 2^31) to the exact int32 sum. */
 static int expand_tile(int prec, const uint8_t *src, int64_t row_bytes, int tn, int D, __m512i *kt) {
 	__mmask16 mk = tn >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tn) - 1);
@@ -263,25 +250,23 @@ static int expand_tile(int prec, const uint8_t *src, int64_t row_bytes, int tn, 
 	return D / 4;
 }
 
-/* split_query writes Q's bytes Q>>7 and Q&127 (qa, qb) and, for int8, Qc
- * (qc) in the order of expand_tile's registers (int4: channels 0,2,4,6 then
- * 1,3,5,7 of each eight); for int8, sums gets sum(Q) and sum(Qc). */
+/* split_query writes Q's bytes Q>>7 and Q&127 (qa, qb) and Qc (qc) in the
+ * order of expand_tile's registers (int4: channels 0,2,4,6 then 1,3,5,7 of
+ * each eight); for int8, sums gets sum(Q) and sum(Qc). */
 static void split_query(int prec, const int16_t *Q, const int16_t *Qc, int D, int8_t *qa, int8_t *qb, int8_t *qc, int32_t *sums) {
 	/* pi[p] = (p & ~7) + 2*(p & 3) + ((p >> 2) & 1). */
 	static const int16_t pi[32] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15, 16, 18, 20, 22, 17, 19, 21, 23, 24, 26, 28, 30, 25, 27, 29, 31};
 	__m512i perm = _mm512_loadu_si512((const void *)pi), s1 = _mm512_setzero_si512(), s2 = _mm512_setzero_si512(), one = _mm512_set1_epi16(1);
 	for (int d = 0; d < D; d += 32) {
-		__m512i x = _mm512_loadu_si512((const void *)(Q + d));
-		if (prec == KVS_KV_INT4) {
-			x = _mm512_permutexvar_epi16(perm, x);
-		} else {
-			__m512i c = _mm512_loadu_si512((const void *)(Qc + d));
+		__m512i x = _mm512_loadu_si512((const void *)(Q + d)), c = _mm512_loadu_si512((const void *)(Qc + d));
+		if (prec == KVS_KV_INT4) x = _mm512_permutexvar_epi16(perm, x), c = _mm512_permutexvar_epi16(perm, c);
+		if (prec == KVS_KV_INT8) {
 			s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(x, one));
 			s2 = _mm512_add_epi32(s2, _mm512_madd_epi16(c, one));
-			_mm256_storeu_si256((__m256i *)(qc + d), _mm512_cvtepi16_epi8(c));
 		}
 		_mm256_storeu_si256((__m256i *)(qa + d), _mm512_cvtepi16_epi8(_mm512_srai_epi16(x, 7)));
 		_mm256_storeu_si256((__m256i *)(qb + d), _mm512_cvtepi16_epi8(_mm512_and_si512(x, _mm512_set1_epi16(127))));
+		_mm256_storeu_si256((__m256i *)(qc + d), _mm512_cvtepi16_epi8(c));
 	}
 	if (prec == KVS_KV_INT8) sums[0] = _mm512_reduce_add_epi32(s1), sums[1] = _mm512_reduce_add_epi32(s2);
 }
@@ -303,20 +288,6 @@ static inline void tile_isums(const __m512i *kt, int nr, const int8_t *qa, const
 	}
 	*S = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(aa, 7), ab), _mm512_set1_epi32(off1));
 	*Sc = _mm512_sub_epi32(ac, _mm512_set1_epi32(off2));
-}
-
-/* tile_isums4 is tile_isums for int4 keys' 15-bit query codes (no Qc, no
- * offset): S only. */
-static inline __m512i tile_isums4(const __m512i *kt, int nr, const int8_t *qa, const int8_t *qb) {
-	__m512i aa = _mm512_setzero_si512(), ab = _mm512_setzero_si512();
-	for (int j = 0; j < nr; j++) {
-		int32_t a4, b4;
-		memcpy(&a4, qa + 4 * j, 4);
-		memcpy(&b4, qb + 4 * j, 4);
-		aa = _mm512_dpbusd_epi32(aa, kt[j], _mm512_set1_epi32(a4));
-		ab = _mm512_dpbusd_epi32(ab, kt[j], _mm512_set1_epi32(b4));
-	}
-	return _mm512_add_epi32(_mm512_slli_epi32(aa, 7), ab);
 }
 #endif
 
@@ -340,7 +311,6 @@ static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi
 	}
 	int16_t cb[KVS_TILE * KVS_MAX_HEAD_DIM], Q[KVS_MAX_HEAD_DIM], Qc[KVS_MAX_HEAD_DIM];
 	int32_t isum[KVS_TILE], isc[KVS_TILE];
-	int i4 = k->prec == KVS_KV_INT4;
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 	if (D % 32 == 0) {
 		__m512i kt[KVS_MAX_HEAD_DIM / 4];
@@ -350,20 +320,16 @@ static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi
 			int nr = expand_tile(k->prec, src + (int64_t)i0 * k->row_bytes, k->row_bytes, tn, D, kt);
 			for (int hh = 0; hh < group; hh++) {
 				const float *qh = qg + (int64_t)hh * D;
-				float qd = quant_query(qh, s, D, Dp, i4 ? KVS_QX4 : KVS_QX, Q, Qc);
+				float qd = quant_query(qh, s, D, Dp, Q, Qc);
+				float cz = k->prec == KVS_KV_INT4 ? dot_any(z, 0, qh, D) : 0.0f;
 				int32_t sums[2] = {0, 0};
 				split_query(k->prec, Q, Qc, D, qa, qb, qc, sums);
-				__m512 f;
-				if (i4) {
-					f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(tile_isums4(kt, nr, qa, qb)), _mm512_set1_ps(qd)), _mm512_set1_ps(dot_any(z, 0, qh, D)));
-				} else {
-					/* The codes' offset, 128*sum, in uint32. */
-					__m512i S, Sc;
-					tile_isums(kt, nr, qa, qb, qc, (int32_t)((uint32_t)sums[0] * 128u), (int32_t)((uint32_t)sums[1] * 128u), &S, &Sc);
-					f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(S), _mm512_set1_ps(128.0f)), _mm512_cvtepi32_ps(Sc));
-					f = _mm512_mul_ps(f, _mm512_set1_ps(qd));
-				}
-				f = _mm512_mul_ps(f, _mm512_set1_ps(scale));
+				/* int8: the codes' offset, 128*sum, in uint32. */
+				int i8 = k->prec == KVS_KV_INT8;
+				__m512i S, Sc;
+				tile_isums(kt, nr, qa, qb, qc, i8 ? (int32_t)((uint32_t)sums[0] * 128u) : 0, i8 ? (int32_t)((uint32_t)sums[1] * 128u) : 0, &S, &Sc);
+				__m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(S), _mm512_set1_ps(128.0f)), _mm512_cvtepi32_ps(Sc));
+				f = _mm512_mul_ps(_mm512_add_ps(_mm512_mul_ps(f, _mm512_set1_ps(qd)), _mm512_set1_ps(cz)), _mm512_set1_ps(scale));
 				_mm512_mask_storeu_ps(sc + hh * m + i0, tn >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tn) - 1), f);
 			}
 		}
@@ -375,16 +341,12 @@ static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi
 		widen_codes(k->prec, src + (int64_t)i0 * k->row_bytes, k->row_bytes, tn, D, Dp, cb);
 		for (int hh = 0; hh < group; hh++) {
 			const float *qh = qg + (int64_t)hh * D;
-			float qd = quant_query(qh, s, D, Dp, i4 ? KVS_QX4 : KVS_QX, Q, Qc);
-			float *o = sc + hh * m + i0;
+			float qd = quant_query(qh, s, D, Dp, Q, Qc);
+			float cz = k->prec == KVS_KV_INT4 ? dot_any(z, 0, qh, D) : 0.0f;
 			idot_rows(Q, cb, Dp, tn, isum);
-			if (i4) {
-				float cz = dot_any(z, 0, qh, D);
-				for (int i = 0; i < tn; i++) o[i] = ((float)isum[i] * qd + cz) * scale;
-			} else {
-				idot_rows(Qc, cb, Dp, tn, isc);
-				for (int i = 0; i < tn; i++) o[i] = (((float)isum[i] * 128.0f + (float)isc[i]) * qd) * scale;
-			}
+			idot_rows(Qc, cb, Dp, tn, isc);
+			float *o = sc + hh * m + i0;
+			for (int i = 0; i < tn; i++) o[i] = (((float)isum[i] * 128.0f + (float)isc[i]) * qd + cz) * scale;
 		}
 	}
 }

@@ -113,11 +113,6 @@ func TestDeviceKeyGroups(t *testing.T) {
 				t.Errorf("%s, %s: read value %d: %v, the Go store's %v", name, step, i, reads[0][i], reads[1][i])
 			}
 			bound := 1e-4
-			if tc.k == kvstore.Int4 {
-				// The CPU library scores int4 key groups with 15-bit query
-				// codes (a step of amax/16383), the Go backend in float.
-				bound = 1e-3
-			}
 			if !exact {
 				bound = 0.02
 				if e := relRMS(reads[0], reads[1]); e > bound {

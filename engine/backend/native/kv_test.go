@@ -86,8 +86,8 @@ func seqStore(t testing.TB, r *rand.Rand, c attnCase, lens []int) (*kvstore.Stor
 //
 // A quantized Int8 or Int4 key group is scored with integer dot products
 // (native/cpu/attention.c): the query times the group's channel scales s_d,
-// rounded to codes of step amax_d|q_d·s_d|/2097151 (Int8; Int4 /16383),
-// times the keys' codes c_d = (k_d-z_d)/s_d, plus the float dot product of the query with
+// rounded to 22-bit codes of step amax_d|q_d·s_d|/2097151, times the keys'
+// codes c_d = (k_d-z_d)/s_d, plus the float dot product of the query with
 // the zero points z_d (Int4). Its score is off by at most
 // scale·(step/2·Σ|c_d| + (D/16+8)·2^-23·(Σ|q_d·s_d·c_d| + Σ|q_d·z_d|)).
 //
@@ -144,11 +144,7 @@ func refAttention(s *kvstore.Store, layer, heads, window int, scale float32, q [
 					codes += math.Abs(cd)
 					terms += math.Abs(float64(qv)*s[d]*cd) + math.Abs(float64(qv)*z[d])
 				}
-				qx := 2097151.0 // int8 keys' 22-bit query codes
-				if c.K == kvstore.Int4 {
-					qx = 16383 // int4's 15-bit codes
-				}
-				e = amax/qx/2*codes + float64(D/16+8)*0x1p-23*terms
+				e = amax/2097151/2*codes + float64(D/16+8)*0x1p-23*terms
 			}
 			es = max(es, e*float64(scale))
 		}
