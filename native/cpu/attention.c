@@ -250,25 +250,34 @@ static int expand_tile(int prec, const uint8_t *src, int64_t row_bytes, int tn, 
 	return D / 4;
 }
 
-/* split_query writes Q's bytes Q>>7 and Q&127 (qa, qb) and Qc (qc) in the
- * order of expand_tile's registers (int4: channels 0,2,4,6 then 1,3,5,7 of
- * each eight); for int8, sums gets sum(Q) and sum(Qc). */
-static void split_query(int prec, const int16_t *Q, const int16_t *Qc, int D, int8_t *qa, int8_t *qb, int8_t *qc, int32_t *sums) {
-	/* pi[p] = (p & ~7) + 2*(p & 3) + ((p >> 2) & 1). */
-	static const int16_t pi[32] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15, 16, 18, 20, 22, 17, 19, 21, 23, 24, 26, 28, 30, 25, 27, 29, 31};
-	__m512i perm = _mm512_loadu_si512((const void *)pi), s1 = _mm512_setzero_si512(), s2 = _mm512_setzero_si512(), one = _mm512_set1_epi16(1);
-	for (int d = 0; d < D; d += 32) {
-		__m512i x = _mm512_loadu_si512((const void *)(Q + d)), c = _mm512_loadu_si512((const void *)(Qc + d));
-		if (prec == KVS_KV_INT4) x = _mm512_permutexvar_epi16(perm, x), c = _mm512_permutexvar_epi16(perm, c);
-		if (prec == KVS_KV_INT8) {
-			s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(x, one));
-			s2 = _mm512_add_epi32(s2, _mm512_madd_epi16(c, one));
-		}
-		_mm256_storeu_si256((__m256i *)(qa + d), _mm512_cvtepi16_epi8(_mm512_srai_epi16(x, 7)));
-		_mm256_storeu_si256((__m256i *)(qb + d), _mm512_cvtepi16_epi8(_mm512_and_si512(x, _mm512_set1_epi16(127))));
-		_mm256_storeu_si256((__m256i *)(qc + d), _mm512_cvtepi16_epi8(c));
+/* prep_query is quant_query's codes split for the VNNI path, for D a
+ * multiple of 32 (the same float operations): it writes the bytes Q>>7 and
+ * Q&127 (qa, qb) and Qc (qc), in the order of expand_tile's registers (int4:
+ * channels 0,2,4,6 then 1,3,5,7 of each eight), for int8 sums gets sum(Q)
+ * and sum(Qc), and it returns the step. */
+static float prep_query(int prec, const float *q, const float *s, int D, int8_t *qa, int8_t *qb, int8_t *qc, int32_t *sums) {
+	const float QM = (float)KVS_QX;
+	__m512 a = _mm512_setzero_ps();
+	for (int d = 0; d < D; d += 16) a = _mm512_max_ps(_mm512_abs_ps(_mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(s + d))), a);
+	float amax = _mm512_reduce_max_ps(a); /* exact in any order: no lane is NaN */
+	float inv = amax > 0 ? QM / amax : 0;
+	if (!(inv < INFINITY)) inv = 0;
+	/* int4: channels 0,2,4,6 then 1,3,5,7 of each eight, as expand_tile. */
+	const __m512i perm = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+	__m512 iv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-QM), hi = _mm512_set1_ps(QM);
+	__m512i s1 = _mm512_setzero_si512(), s2 = _mm512_setzero_si512(), m127 = _mm512_set1_epi32(127);
+	for (int d = 0; d < D; d += 16) {
+		__m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(s + d)), iv);
+		__m512i X = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(x, lo), hi));
+		if (prec == KVS_KV_INT4) X = _mm512_permutexvar_epi32(perm, X);
+		__m512i Q = _mm512_srai_epi32(X, 7), Qc = _mm512_and_si512(X, m127);
+		if (prec == KVS_KV_INT8) s1 = _mm512_add_epi32(s1, Q), s2 = _mm512_add_epi32(s2, Qc);
+		_mm_storeu_si128((__m128i *)(qa + d), _mm512_cvtepi32_epi8(_mm512_srai_epi32(Q, 7)));
+		_mm_storeu_si128((__m128i *)(qb + d), _mm512_cvtepi32_epi8(_mm512_and_si512(Q, m127)));
+		_mm_storeu_si128((__m128i *)(qc + d), _mm512_cvtepi32_epi8(Qc));
 	}
 	if (prec == KVS_KV_INT8) sums[0] = _mm512_reduce_add_epi32(s1), sums[1] = _mm512_reduce_add_epi32(s2);
+	return amax / QM;
 }
 
 /* tile_isums sets S (sum code*Q) and Sc (sum code*Qc) for the sixteen
@@ -315,15 +324,25 @@ static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi
 	if (D % 32 == 0) {
 		__m512i kt[KVS_MAX_HEAD_DIM / 4];
 		int8_t qa[KVS_MAX_HEAD_DIM], qb[KVS_MAX_HEAD_DIM], qc[KVS_MAX_HEAD_DIM];
+		/* int4: the query heads' dot products with the zero points, four
+		 * at a time (dot_any4: dot_any's bits). */
+		float czs[KVS_MAX_GROUP];
+		int hz = 0;
+		if (k->prec == KVS_KV_INT4) {
+			for (; hz + 4 <= group; hz += 4) {
+				const float *qs[4] = {qg + hz * D, qg + (hz + 1) * D, qg + (hz + 2) * D, qg + (hz + 3) * D};
+				dot_any4(z, 0, qs, D, czs + hz);
+			}
+			for (; hz < group; hz++) czs[hz] = dot_any(z, 0, qg + (int64_t)hz * D, D);
+		}
 		for (int i0 = 0; i0 < n; i0 += KVS_TILE) {
 			int tn = n - i0 < KVS_TILE ? n - i0 : KVS_TILE;
 			int nr = expand_tile(k->prec, src + (int64_t)i0 * k->row_bytes, k->row_bytes, tn, D, kt);
 			for (int hh = 0; hh < group; hh++) {
 				const float *qh = qg + (int64_t)hh * D;
-				float qd = quant_query(qh, s, D, Dp, Q, Qc);
-				float cz = k->prec == KVS_KV_INT4 ? dot_any(z, 0, qh, D) : 0.0f;
 				int32_t sums[2] = {0, 0};
-				split_query(k->prec, Q, Qc, D, qa, qb, qc, sums);
+				float qd = prep_query(k->prec, qh, s, D, qa, qb, qc, sums);
+				float cz = k->prec == KVS_KV_INT4 ? czs[hh] : 0.0f;
 				/* int8: the codes' offset, 128*sum, in uint32. */
 				int i8 = k->prec == KVS_KV_INT8;
 				__m512i S, Sc;
