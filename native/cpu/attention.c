@@ -47,6 +47,14 @@ static inline void prefetch_rows(const struct kvs_kv_plane *p, int32_t layer, co
 			int es = p->prec == KVS_KV_Q8_0 ? 2 : 1;
 			const char *sc = (const char *)p->scale + (lb * p->scales_per_block + (int64_t)t * p->groups) * es;
 			for (int64_t o = 0; o < (int64_t)(e - x) * p->groups * es; o += 64) __builtin_prefetch(sc + o);
+		} else if (p->key) {
+			/* The key groups' channel scales (and int4's zero points). */
+			int per = p->prec == KVS_KV_INT4 ? kvs_int4_key_bytes(p->head_dim) : 1 + (p->head_dim + 1) / 2;
+			for (int g = t / p->group; g <= (e - 1 - j * B) / p->group; g++) {
+				const char *sc = (const char *)p->scale + kvs_key_scale_index(p, lb, h, g);
+				for (int o = 0; o < per; o += 64) __builtin_prefetch(sc + o);
+				__builtin_prefetch(sc + per - 1);
+			}
 		}
 		x = e;
 	}
