@@ -242,12 +242,44 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int16_t 
  * 128*Qh + Ql (Qh in -128..127, Ql in 0..127), takes two vpdpbusd a
  * register, lane t summing token t. The sums wrap in uint32 (the int8 codes'
  * offset times sum(Q) may pass 2^31) to the exact int32 sum. */
+/* transpose_tile writes x[j] (j < nd, a multiple of 8) with lane t holding
+ * dword j of the 16 rows at src (row_bytes apart): per eight dwords, two
+ * 8x8 transposes side by side, rows t and t+8 in one register's halves. */
+static void transpose_tile(const uint8_t *src, int64_t row_bytes, int nd, __m512i *x) {
+	const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+	for (int c = 0; c < nd; c += 8) {
+		__m512i z[8], t[8], u[8];
+		for (int r = 0; r < 8; r++)
+			z[r] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(src + r * row_bytes + 4 * c))),
+			                          _mm256_loadu_si256((const __m256i *)(src + (r + 8) * row_bytes + 4 * c)), 1);
+		for (int r = 0; r < 8; r += 2) {
+			t[r] = _mm512_unpacklo_epi32(z[r], z[r + 1]);
+			t[r + 1] = _mm512_unpackhi_epi32(z[r], z[r + 1]);
+		}
+		for (int r = 0; r < 8; r += 4) {
+			u[r] = _mm512_unpacklo_epi64(t[r], t[r + 2]);
+			u[r + 1] = _mm512_unpackhi_epi64(t[r], t[r + 2]);
+			u[r + 2] = _mm512_unpacklo_epi64(t[r + 1], t[r + 3]);
+			u[r + 3] = _mm512_unpackhi_epi64(t[r + 1], t[r + 3]);
+		}
+		for (int j = 0; j < 4; j++) {
+			x[c + j] = _mm512_permutex2var_epi64(u[j], lo, u[j + 4]);
+			x[c + j + 4] = _mm512_permutex2var_epi64(u[j], hi, u[j + 4]);
+		}
+	}
+}
+
 static int expand_tile(int prec, const uint8_t *src, int64_t row_bytes, int tn, int D, __m512i *kt) {
 	__mmask16 mk = tn >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tn) - 1);
 	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)row_bytes));
 	int nd = prec == KVS_KV_INT8 ? D / 4 : D / 8;
+	/* A whole tile of rows a multiple of 32 bytes is loaded and
+	 * transposed; others are gathered. */
+	__m512i tr[KVS_MAX_HEAD_DIM / 4];
+	int whole = tn == 16 && nd % 8 == 0;
+	if (whole) transpose_tile(src, row_bytes, nd, tr);
 	for (int j = 0; j < nd; j++) {
-		__m512i x = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, src + 4 * j, 1);
+		__m512i x = whole ? tr[j] : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, src + 4 * j, 1);
 		if (prec == KVS_KV_INT8) {
 			kt[j] = _mm512_xor_si512(x, _mm512_set1_epi8((char)0x80));
 		} else {
