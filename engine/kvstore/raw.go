@@ -28,7 +28,6 @@ type Raw struct {
 	Bytes  []byte    // data of a quantized plane
 	Scale  []uint16  // f16 scales of a Q8_0 plane
 	Scale8 []uint8   // E5M3 scales of an Int8 or FP8 plane; an Int4 plane's codes (int4 v3: signed E5M2 value scales, or key metadata)
-	Zero8  []uint8   // always nil: Int4 v3 keeps its key zero points in Scale8
 
 	// Resid returns the residual slot of layer l, block b, key group g
 	// ([kvHead][tokenInGroup][dim], for Int8 the high bytes of the f16

@@ -118,9 +118,6 @@ func (b *Device) NewCache(c kvstore.Config) (backend.Cache, error) {
 		case r.Scale8 != nil:
 			dc.sizes[i][1] = int64(r.ScalesPerBlock) // E5M3
 		}
-		if r.Zero8 != nil {
-			dc.sizes[i][2] = int64(r.ScalesPerBlock) // E5M2
-		}
 		ptrs := []*uintptr{&p.data, &p.scale, &p.zero}
 		for j, size := range dc.sizes[i] {
 			if size == 0 {

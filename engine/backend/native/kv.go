@@ -26,7 +26,7 @@ func planeOf(c kvstore.Config, r kvstore.Raw) (kvPlane, error) {
 	p := kvPlane{prec: int32(r.Prec), layers: int32(c.Layers), blocks: int32(c.Blocks), blockSize: int32(c.BlockSize),
 		kvHeads: int32(c.KVHeads), headDim: int32(c.HeadDim), rowBytes: int32(r.RowBytes), group: int32(r.Group),
 		groups: int32(r.Groups), dataPerBlock: int64(r.DataPerBlock), scalesPerBlock: int64(r.ScalesPerBlock),
-		scale: ptr(r.Scale), zero: ptr(r.Zero8)}
+		scale: ptr(r.Scale)} // zero stays NULL: no precision has a zero array since ABI 9
 	if r.Scale8 != nil {
 		p.scale = ptr(r.Scale8)
 	}
@@ -42,7 +42,7 @@ func planeOf(c kvstore.Config, r kvstore.Raw) (kvPlane, error) {
 		n, p.data = len(r.U16), ptr(r.U16)
 	default:
 		n, p.data = len(r.Bytes), ptr(r.Bytes)
-		if len(r.Scale)+len(r.Scale8) != lb*r.ScalesPerBlock || (r.Zero8 != nil && len(r.Zero8) != len(r.Scale8)) {
+		if len(r.Scale)+len(r.Scale8) != lb*r.ScalesPerBlock {
 			return p, fmt.Errorf("native: the K/V store's %s scales do not match its shape", r.Prec)
 		}
 	}
