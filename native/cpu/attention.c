@@ -178,6 +178,16 @@ static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_
 }
 #endif
 
+#if defined(__AVX512F__)
+/* qs_amax16 is the largest |q[d]*s[d]| for d < n (a multiple of 16), in
+ * sixteen lanes: exact in any order (no lane is NaN). */
+static inline float qs_amax16(const float *q, const float *s, int n) {
+	__m512 a = _mm512_setzero_ps();
+	for (int d = 0; d < n; d += 16) a = _mm512_max_ps(_mm512_abs_ps(_mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(s + d))), a);
+	return _mm512_reduce_max_ps(a);
+}
+#endif
+
 /* quant_query rounds q'[d] = q[d]*s[d] to 22-bit codes X[d] =
  * rint(clamp(q'[d]*(KVS_QX/amax))) (amax the largest |q'[d]|, exact in any
  * order), split as X = 128*Q[d] + Qc[d] with Q in int16 (-16384..16383) and
@@ -188,12 +198,7 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int16_t 
 	float amax = 0;
 	int d = 0;
 #if defined(__AVX512F__)
-	{
-		__m512 a = _mm512_setzero_ps();
-		for (; d + 16 <= D; d += 16)
-			a = _mm512_max_ps(_mm512_abs_ps(_mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(s + d))), a);
-		amax = _mm512_reduce_max_ps(a); /* exact in any order: no lane is NaN */
-	}
+	amax = qs_amax16(q, s, D / 16 * 16), d = D / 16 * 16;
 #elif defined(__AVX2__)
 	{
 		__m256 a = _mm256_setzero_ps(), mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -235,13 +240,6 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int16_t 
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-/* The VNNI path (head dims a multiple of 32) sums no lanes across: a tile's
- * tn <= 16 key rows are gathered four bytes a token into registers of
- * sixteen tokens (int8 codes plus 128, as unsigned bytes; int4 bytes split
- * into their even and odd channels' nibbles), and each head's Q, split as
- * 128*Qh + Ql (Qh in -128..127, Ql in 0..127), takes two vpdpbusd a
- * register, lane t summing token t. The sums wrap in uint32 (the int8 codes'
- * offset times sum(Q) may pass 2^31) to the exact int32 sum. */
 /* transpose_tile writes x[j] (j < nd, a multiple of 8) with lane t holding
  * dword j of the 16 rows at src (row_bytes apart): per eight dwords, two
  * 8x8 transposes side by side, rows t and t+8 in one register's halves. */
@@ -269,12 +267,18 @@ static void transpose_tile(const uint8_t *src, int64_t row_bytes, int nd, __m512
 	}
 }
 
+/* The VNNI path (head dims a multiple of 32) sums no lanes across: a tile's
+ * tn <= 16 key rows are gathered (a whole tile of rows a multiple of 32
+ * bytes is loaded and transposed) four bytes a token into registers of
+ * sixteen tokens (int8 codes plus 128, as unsigned bytes; int4 bytes split
+ * into their even and odd channels' nibbles), and each head's Q, split as
+ * 128*Qh + Ql (Qh in -128..127, Ql in 0..127), takes two vpdpbusd a
+ * register, lane t summing token t. The sums wrap in uint32 (the int8 codes'
+ * offset times sum(Q) may pass 2^31) to the exact int32 sum. */
 static int expand_tile(int prec, const uint8_t *src, int64_t row_bytes, int tn, int D, __m512i *kt) {
 	__mmask16 mk = tn >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tn) - 1);
 	__m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)row_bytes));
 	int nd = prec == KVS_KV_INT8 ? D / 4 : D / 8;
-	/* A whole tile of rows a multiple of 32 bytes is loaded and
-	 * transposed; others are gathered. */
 	__m512i tr[KVS_MAX_HEAD_DIM / 4];
 	int whole = tn == 16 && nd % 8 == 0;
 	if (whole) transpose_tile(src, row_bytes, nd, tr);
@@ -297,9 +301,7 @@ static int expand_tile(int prec, const uint8_t *src, int64_t row_bytes, int tn, 
  * and sum(Qc), and it returns the step. */
 static float prep_query(int prec, const float *q, const float *s, int D, int8_t *qa, int8_t *qb, int8_t *qc, int32_t *sums) {
 	const float QM = (float)KVS_QX;
-	__m512 a = _mm512_setzero_ps();
-	for (int d = 0; d < D; d += 16) a = _mm512_max_ps(_mm512_abs_ps(_mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(s + d))), a);
-	float amax = _mm512_reduce_max_ps(a); /* exact in any order: no lane is NaN */
+	float amax = qs_amax16(q, s, D);
 	float inv = amax > 0 ? QM / amax : 0;
 	if (!(inv < INFINITY)) inv = 0;
 	/* int4: channels 0,2,4,6 then 1,3,5,7 of each eight, as expand_tile. */

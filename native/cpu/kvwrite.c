@@ -312,13 +312,15 @@ static int key_groups(const struct kvs_kv_plane *p, int64_t n, const int64_t *gr
 	return KVS_OK;
 }
 
-/* int4_key_codes picks channel d's zero code zc (signed) and scale code sc
- * of an int4 key group of gn tokens (head h, residual r, first data row
- * row0), range mn..mx: among the zeros z0-1..z0+1 around mn's code and, for
- * each, the scales s0-1..s0+1 around (mx-z)/15's, the pair whose codes
- * give the least squared error summed in token order (the first on a tie). */
-static void int4_key_codes(const struct kvs_kv_plane *p, const uint8_t *r, const uint8_t *row0, int h, int gn, int d, float mn,
-                           float mx, int *zc, int *sc) {
+/* int4_key_codes picks the zero code zc (signed) and scale code sc of one
+ * int4 key channel's values xs[0..n) (token order): among the zeros
+ * z0-1..z0+1 around the minimum's code and, for each, the scales
+ * s0-1..s0+1 around (max-z)/15's, the pair whose codes give the least
+ * squared error summed in token order (the first on a tie). */
+static void int4_key_codes(const float *xs, int n, int *zc, int *sc) {
+	if (n < 1) return; /* a key group holds a token at least */
+	float mn = xs[0], mx = xs[0];
+	for (int i = 1; i < n; i++) mn = go_min(mn, xs[i]), mx = go_max(mx, xs[i]);
 	int z0 = se5m4(mn), first = 1;
 	float be = 0;
 	for (int zi = z0 - 1; zi <= z0 + 1; zi++) {
@@ -327,11 +329,10 @@ static void int4_key_codes(const struct kvs_kv_plane *p, const uint8_t *r, const
 		int s0 = ue5m4((mx - z) / 15);
 		for (int si = s0 - 1 > 0 ? s0 - 1 : 0; si <= (s0 + 1 < 495 ? s0 + 1 : 495); si++) {
 			float s = e5m4_value(si), id = s != 0 ? 1 / s : 0, e = 0;
-			for (int tg = 0; tg < gn; tg++) {
-				float v = get_resid(p, r, row0 + tg * p->row_bytes, h, tg, d);
-				float t = (float)round_unsigned((v - z) * id, 15) * s;
+			for (int i = 0; i < n; i++) {
+				float t = (float)round_unsigned((xs[i] - z) * id, 15) * s;
 				t = t + z;
-				t = t - v;
+				t = t - xs[i];
 				e += t * t;
 			}
 			if (first || e < be) *zc = zi, *sc = si, be = e, first = 0;
@@ -381,13 +382,10 @@ int kvs_key_quantize(const struct kvs_kv_plane *p, int64_t n, const int64_t *gro
 			for (int d = 0; d < D; d++) {
 				float id = 0, m = 0, s;
 				if (p->prec == KVS_KV_INT4) {
-					float mn = get_resid(p, r, row0, h, 0, d), mx = mn;
-					for (int tg = 1; tg < gn; tg++) {
-						float v = get_resid(p, r, row0 + tg * rs, h, tg, d);
-						mn = go_min(mn, v), mx = go_max(mx, v);
-					}
+					float xs[256]; /* the channel's values, decoded once (block_size <= 256) */
+					for (int tg = 0; tg < gn; tg++) xs[tg] = get_resid(p, r, row0 + tg * rs, h, tg, d);
 					int zc = 0, sc = 0;
-					int4_key_codes(p, r, row0, h, gn, d, mn, mx, &zc, &sc);
+					int4_key_codes(xs, gn, &zc, &sc);
 					uint8_t *mt = scale + si;
 					int P = (D + 7) / 8, uz = zc < 0 ? -zc | 512 : zc;
 					mt[d] = (uint8_t)sc, mt[D + d] = (uint8_t)uz;
