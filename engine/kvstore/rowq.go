@@ -20,14 +20,10 @@ type rowPlane struct {
 	bufs  sync.Pool // *[]float32 of a row, for Int4's rotation
 }
 
-// qmax returns the largest code magnitude of an integer precision: 127 for
-// symmetric Int8, 15 for Int4 keys (codes 0..15 above a zero point), and
-// 448 (E4M3's largest value) for FP8.
+// qmax returns the largest code magnitude of a symmetric precision: 127
+// for Int8 and 448 (E4M3's largest value) for FP8.
 func qmax(p Precision) float32 {
-	switch p {
-	case Int4:
-		return 15
-	case FP8:
+	if p == FP8 {
 		return fp8Max
 	}
 	return 127
@@ -289,20 +285,6 @@ func absMax(xs []float32) float32 {
 		}
 	}
 	return m
-}
-
-// minMax returns the smallest and largest value in xs (non-empty).
-func minMax(xs []float32) (mn, mx float32) {
-	mn, mx = xs[0], xs[0]
-	for _, v := range xs[1:] {
-		if v < mn {
-			mn = v
-		}
-		if v > mx {
-			mx = v
-		}
-	}
-	return mn, mx
 }
 
 // roundSym rounds v to the nearest integer, halves away from zero (C's
