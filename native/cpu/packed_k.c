@@ -6,8 +6,9 @@
  * in its low nibbles and four in its high ones (chunk k: elements 4k..4k+3
  * and 128+4k..128+4k+3 of the block). A run of chunks covers one sub-block
  * in its low nibbles and another in its high ones; each run's exact integer
- * sums are multiplied by the rows' sub-block scales (one vpmulld a run) and
- * added into the block's integer sum, and Q4_K/Q5_K's mins times the
+ * sums are multiplied by the rows' sub-block scales (AVX-512: one vpmulld a
+ * run; AVX2: vpmaddwd of int16 sums, below) and added into the block's
+ * integer sum, and Q4_K/Q5_K's mins times the
  * activations' sums of each sub-block (vpmaddwd) make a second one. Per
  * (row, vector) the arithmetic is kvscope.h's, in integers but for two
  * float steps a block, so every path gives the scalar path's bits. */
@@ -198,96 +199,116 @@ static inline __attribute__((always_inline)) void kgroup(uint32_t t, const uint8
 
 /* The AVX2 path: each group as two halves of eight rows (the first and
  * last 32 bytes of every 64-byte chunk and high-bit line, bytes 0-7 and 8-15
- * of each scale line). */
-static inline __m256i kdp(__m256i acc, __m256i u, __m256i a) {
-	return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)));
+ * of each scale line). vpmaddubsw's int16 pairs are summed in int16 over a
+ * part of a run (vpaddw) and widened once a part: a pair is at most
+ * 2 · 127 · (15, 31, 63) for Q4_K, Q5_K, Q6_K codes, so parts of 8, 4 and
+ * 2 chunks stay under 2^15 (30480, 31496, 32004) and the sums are exact. */
+static inline int kpart(uint32_t t) { return t == 12 ? 8 : t == 13 ? 4 : 2; }
+
+/* kcodes returns half h of chunk k's low- and high-nibble codes. */
+static inline __attribute__((always_inline)) void kcodes(uint32_t t, const uint8_t *b, int k, int h, __m256i *lo,
+                                                        __m256i *hi) {
+	const __m256i m4 = _mm256_set1_epi8(15);
+	__m256i raw = _mm256_loadu_si256((const __m256i *)(b + PKK_CODES + 64 * k + 32 * h));
+	*lo = _mm256_and_si256(raw, m4), *hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+	if (t == 13) {
+		__m256i hb = _mm256_loadu_si256((const __m256i *)(b + PKK_HIGH + 64 * (k / 4) + 32 * h)), m = _mm256_set1_epi8(16);
+		const int s = k % 4;
+		*lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4 - s), m));
+		*hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi16(hb, s), m));
+	} else if (t == 14) {
+		__m256i hb = _mm256_loadu_si256((const __m256i *)(b + PKK_HIGH + 64 * (k / 2) + 32 * h)), m = _mm256_set1_epi8(0x30);
+		if (k % 2 == 0) {
+			*lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), m));
+			*hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_slli_epi16(hb, 2), m));
+		} else {
+			*lo = _mm256_or_si256(*lo, _mm256_and_si256(hb, m));
+			*hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi16(hb, 2), m));
+		}
+	}
 }
 
+/* kpair returns a scale line's 8 bytes (rows of one half) as int16
+ * pairs (s_r, s_r) in lane r, for vpmaddwd (Q6_K's are signed). */
+static inline __m256i kpair(uint32_t t, __m128i s) {
+	__m128i ss = _mm_unpacklo_epi8(s, s);
+	return t == 14 ? _mm256_cvtepi8_epi16(ss) : _mm256_cvtepu8_epi16(ss);
+}
+
+/* kblock adds block b's products with vectors a[0], a[nb], ... (nv of
+ * them) to acc[h][v] for the nh halves from h0: each chunk's codes are
+ * decoded once for all of them and each activation broadcast once for
+ * both halves. A part's int16 sums are widened by vpmaddwd with the rows'
+ * sub-block scales, so a block's integer sum needs no multiply; Q6_K's
+ * offset of 32 is taken off once a run, as 32 · (the rows' scales of the
+ * run's two sub-blocks · the activations' sums of them). */
 static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8_t *b, const struct act256 *a,
-                                                        int64_t nb, __m256 *acc, int h, const int nv) {
-	const __m256i m4 = _mm256_set1_epi8(15);
-	const int runs = t == 14 ? 8 : 4, len = 32 / runs;
-	__m256i isum[2];
-	for (int v = 0; v < nv; v++) isum[v] = _mm256_setzero_si256();
+                                                        int64_t nb, __m256 acc[2][4], int h0, const int nh,
+                                                        const int nv) {
+	const int runs = t == 14 ? 8 : 4, len = 32 / runs, part = kpart(t);
+	__m256i isum[2][4];
+	for (int h = 0; h < nh; h++)
+		for (int v = 0; v < nv; v++) isum[h][v] = _mm256_setzero_si256();
 	for (int u = 0; u < runs; u++) {
-		__m256i tl[2], th[2];
-		for (int v = 0; v < nv; v++) {
+		__m256i scl[2], sch[2];
+		for (int h = 0; h < nh; h++) {
+			const uint8_t *sc = b + pkk_scales(t) + 8 * (h0 + h);
+			__m128i sl = _mm_loadl_epi64((const __m128i *)(sc + 16 * u)), sh = _mm_loadl_epi64((const __m128i *)(sc + 16 * (u + runs)));
+			scl[h] = kpair(t, sl), sch[h] = kpair(t, sh);
 			if (t == 14) {
-				tl[v] = _mm256_set1_epi32(-32 * a[v * nb].bsums[u]);
-				th[v] = _mm256_set1_epi32(-32 * a[v * nb].bsums[u + 8]);
-			} else {
-				tl[v] = th[v] = _mm256_setzero_si256();
-			}
-		}
-		for (int c = 0; c < len; c++) {
-			const int k = u * len + c;
-			__m256i raw = _mm256_loadu_si256((const __m256i *)(b + PKK_CODES + 64 * k + 32 * h));
-			__m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-			if (t == 13) {
-				__m256i hb = _mm256_loadu_si256((const __m256i *)(b + PKK_HIGH + 64 * (k / 4) + 32 * h)), m = _mm256_set1_epi8(16);
-				const int s = k % 4;
-				lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4 - s), m));
-				hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, s), m));
-			} else if (t == 14) {
-				__m256i hb = _mm256_loadu_si256((const __m256i *)(b + PKK_HIGH + 64 * (k / 2) + 32 * h)), m = _mm256_set1_epi8(0x30);
-				if (k % 2 == 0) {
-					lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), m));
-					hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 2), m));
-				} else {
-					lo = _mm256_or_si256(lo, _mm256_and_si256(hb, m));
-					hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, 2), m));
+				__m256i both = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sl, sh));
+				for (int v = 0; v < nv; v++) {
+					uint32_t bs = (uint16_t)a[v * nb].bsums[u] | (uint32_t)(uint16_t)a[v * nb].bsums[u + 8] << 16;
+					isum[h][v] = _mm256_sub_epi32(isum[h][v], _mm256_slli_epi32(_mm256_madd_epi16(both, _mm256_set1_epi32((int32_t)bs)), 5));
 				}
 			}
-			for (int v = 0; v < nv; v++) {
-				const int8_t *q = a[v * nb].q;
-				tl[v] = kdp(tl[v], lo, _mm256_set1_epi32(ld32k(q + 4 * k)));
-				th[v] = kdp(th[v], hi, _mm256_set1_epi32(ld32k(q + 128 + 4 * k)));
+		}
+		for (int c0 = 0; c0 < len; c0 += part) {
+			__m256i pl[2][4], ph[2][4];
+			for (int h = 0; h < nh; h++)
+				for (int v = 0; v < nv; v++) pl[h][v] = ph[h][v] = _mm256_setzero_si256();
+			for (int c = c0; c < c0 + part; c++) {
+				const int k = u * len + c;
+				__m256i lo[2], hi[2];
+				for (int h = 0; h < nh; h++) kcodes(t, b, k, h0 + h, &lo[h], &hi[h]);
+				for (int v = 0; v < nv; v++) {
+					const int8_t *q = a[v * nb].q;
+					__m256i xl = _mm256_set1_epi32(ld32k(q + 4 * k)), xh = _mm256_set1_epi32(ld32k(q + 128 + 4 * k));
+					for (int h = 0; h < nh; h++) {
+						pl[h][v] = _mm256_add_epi16(pl[h][v], _mm256_maddubs_epi16(lo[h], xl));
+						ph[h][v] = _mm256_add_epi16(ph[h][v], _mm256_maddubs_epi16(hi[h], xh));
+					}
+				}
 			}
+			for (int h = 0; h < nh; h++)
+				for (int v = 0; v < nv; v++)
+					isum[h][v] = _mm256_add_epi32(isum[h][v], _mm256_add_epi32(_mm256_madd_epi16(pl[h][v], scl[h]),
+					                                                           _mm256_madd_epi16(ph[h][v], sch[h])));
 		}
-		const uint8_t *sc = b + pkk_scales(t) + 8 * h;
-		__m128i sl = _mm_loadl_epi64((const __m128i *)(sc + 16 * u)), sh = _mm_loadl_epi64((const __m128i *)(sc + 16 * (u + runs)));
-		__m256i scl = t == 14 ? _mm256_cvtepi8_epi32(sl) : _mm256_cvtepu8_epi32(sl);
-		__m256i sch = t == 14 ? _mm256_cvtepi8_epi32(sh) : _mm256_cvtepu8_epi32(sh);
-		for (int v = 0; v < nv; v++)
-			isum[v] = _mm256_add_epi32(isum[v], _mm256_add_epi32(_mm256_mullo_epi32(tl[v], scl), _mm256_mullo_epi32(th[v], sch)));
 	}
-	__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + pkk_d(t) + 16 * h)));
-	if (t == 14) {
-		for (int v = 0; v < nv; v++)
-			acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[v]), _mm256_mul_ps(d, _mm256_set1_ps(a[v * nb].d))));
-		return;
-	}
-	__m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + pkk_dmin(t) + 16 * h)));
-	for (int v = 0; v < nv; v++) {
-		__m256i ms = _mm256_setzero_si256();
-		for (int p = 0; p < 4; p++) {
-			__m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + pkk_mins(t) + 32 * p + 16 * h)));
-			ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mn, _mm256_set1_epi32(bpair(&a[v * nb], p))));
+	for (int h = 0; h < nh; h++) {
+		const int hh = h0 + h;
+		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + pkk_d(t) + 16 * hh)));
+		if (t == 14) {
+			for (int v = 0; v < nv; v++)
+				acc[h][v] = _mm256_add_ps(acc[h][v], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[h][v]), _mm256_mul_ps(d, _mm256_set1_ps(a[v * nb].d))));
+			continue;
 		}
-		__m256 dx = _mm256_set1_ps(a[v * nb].d);
-		acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[v]), _mm256_mul_ps(d, dx)));
-		acc[v] = _mm256_sub_ps(acc[v], _mm256_mul_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, dx)));
+		__m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + pkk_dmin(t) + 16 * hh)));
+		__m256i mn[4];
+		for (int p = 0; p < 4; p++) mn[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + pkk_mins(t) + 32 * p + 16 * hh)));
+		for (int v = 0; v < nv; v++) {
+			__m256i ms = _mm256_setzero_si256();
+			for (int p = 0; p < 4; p++) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mn[p], _mm256_set1_epi32(bpair(&a[v * nb], p))));
+			__m256 dx = _mm256_set1_ps(a[v * nb].d);
+			acc[h][v] = _mm256_add_ps(acc[h][v], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[h][v]), _mm256_mul_ps(d, dx)));
+			acc[h][v] = _mm256_sub_ps(acc[h][v], _mm256_mul_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, dx)));
+		}
 	}
 }
 
-/* ktile computes half h of one group for vectors [0, nv) (nv <= 8), two
- * at a time within each block. */
-static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_t *gp, int64_t nb,
-                                                       const struct act256 *qx, float *out, int64_t rows, int h,
-                                                       int valid, int pf, const int nv) {
-	__m256 acc[8];
-	for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
-	const int64_t bb = pkk_block_bytes(t);
-	for (int64_t i = 0; i < nb; i++) {
-		const uint8_t *b = gp + i * bb;
-		if (pf) kprefetch(t, b);
-		for (int v0 = 0; v0 < nv; v0 += 2) {
-			if (nv - v0 >= 2)
-				kblock(t, b, qx + v0 * nb + i, nb, acc + v0, h, 2);
-			else
-				kblock(t, b, qx + v0 * nb + i, nb, acc + v0, h, 1);
-		}
-	}
+/* kstore writes half h of a group's outputs for nv vectors (valid rows). */
+static inline void kstore(const __m256 *acc, float *out, int64_t rows, int valid, int nv) {
 	for (int v = 0; v < nv; v++) {
 		if (valid >= 8) {
 			_mm256_storeu_ps(out + v * rows, acc[v]);
@@ -299,20 +320,61 @@ static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_
 	}
 }
 
+/* ktile computes one group for vectors [0, nv) (nv <= 8): up to two
+ * vectors with both halves in one pass over each block (so that every
+ * line is read once, and the activations broadcast once for both), more
+ * four at a time, a half at a time (so that each half's codes are decoded
+ * once for four vectors). */
+static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_t *gp, int64_t nb,
+                                                       const struct act256 *qx, float *out, int64_t rows,
+                                                       int left, int pf, const int nv) {
+	const int64_t bb = pkk_block_bytes(t);
+	const int nh = left > 8 ? 2 : 1;
+	if (nv <= 2) {
+		__m256 acc[2][4];
+		for (int h = 0; h < 2; h++)
+			for (int v = 0; v < nv; v++) acc[h][v] = _mm256_setzero_ps();
+		for (int64_t i = 0; i < nb; i++) {
+			const uint8_t *b = gp + i * bb;
+			if (pf) kprefetch(t, b);
+			if (nh == 2)
+				kblock(t, b, qx + i, nb, acc, 0, 2, nv);
+			else
+				kblock(t, b, qx + i, nb, acc, 0, 1, nv);
+		}
+		for (int h = 0; h < nh; h++) kstore(acc[h], out + 8 * h, rows, left - 8 * h, nv);
+		return;
+	}
+	for (int h = 0; h < nh; h++)
+		for (int v0 = 0; v0 < nv; v0 += 4) {
+			__m256 acc[2][4];
+			for (int v = 0; v < 4; v++) acc[0][v] = _mm256_setzero_ps();
+			for (int64_t i = 0; i < nb; i++) {
+				const uint8_t *b = gp + i * bb;
+				if (pf && h == 0 && v0 == 0) kprefetch(t, b);
+				if (nv - v0 >= 4)
+					kblock(t, b, qx + v0 * nb + i, nb, acc, h, 1, 4);
+				else if (nv - v0 == 3)
+					kblock(t, b, qx + v0 * nb + i, nb, acc, h, 1, 3);
+				else if (nv - v0 == 2)
+					kblock(t, b, qx + v0 * nb + i, nb, acc, h, 1, 2);
+				else
+					kblock(t, b, qx + v0 * nb + i, nb, acc, h, 1, 1);
+			}
+			kstore(acc[0], out + 8 * h + v0 * rows, rows, left - 8 * h, nv - v0 < 4 ? nv - v0 : 4);
+		}
+}
+
 static inline __attribute__((always_inline)) void kgroup(uint32_t t, const uint8_t *wp, int64_t rows, int64_t nb,
                                                         int64_t g, const struct act256 *qx, int64_t n, float *out) {
 	const uint8_t *gp = wp + g * nb * pkk_block_bytes(t);
-	for (int h = 0; h < 2; h++) {
-		int64_t left = rows - g * PR - 8 * h;
-		if (left <= 0) break;
-		int valid = left >= 8 ? 8 : (int)left;
-		for (int64_t v0 = 0; v0 < n; v0 += 8) {
-			const struct act256 *a = qx + v0 * nb;
-			float *o = out + g * PR + 8 * h + v0 * rows;
-#define T(NVC) ktile(t, gp, nb, a, o, rows, h, valid, v0 == 0 && h == 0, NVC)
-			KVS_TILES(n - v0, T)
+	int left = rows - g * PR >= PR ? PR : (int)(rows - g * PR);
+	for (int64_t v0 = 0; v0 < n; v0 += 8) {
+		const struct act256 *a = qx + v0 * nb;
+		float *o = out + g * PR + v0 * rows;
+#define T(NVC) ktile(t, gp, nb, a, o, rows, left, v0 == 0, NVC)
+		KVS_TILES(n - v0, T)
 #undef T
-		}
 	}
 }
 

@@ -1,6 +1,8 @@
 package native
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -86,4 +88,64 @@ func TestPackErrors(t *testing.T) {
 			t.Errorf("%s: got %v, %v; want an error containing %q", c.name, p, err, c.want)
 		}
 	}
+}
+
+// TestPackedExtremeCodes multiplies K-quant blocks whose codes are all
+// the largest (Q4_K 15, Q5_K 31, Q6_K 63, with the largest scales and
+// mins) by activations at ±127, the case that comes nearest the int16
+// partial sums the AVX2 kernels keep: on every path the product must have
+// the scalar path's bits and lie within TestMatMulParity's bound of the
+// exact product. An overflowed sum would be off by 2^16 steps.
+func TestPackedExtremeCodes(t *testing.T) {
+	l := loadLib(t)
+	const rows, cols, n = 19, 512, 3
+	signs := [][]float32{{1}, {-1}, {1, -1}, {1, 1, -1, -1}}
+	scalar := map[string][]float32{}
+	eachPath(t, l, func(t *testing.T) {
+		for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K} {
+			rb, err := typ.RowBytes(cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := bytes.Repeat([]byte{0xff}, rows*rb)
+			for b := 0; b < len(w); b += rb / (cols / 256) {
+				blk := w[b : b+rb/(cols/256)]
+				switch typ {
+				case quant.Q6_K: // ql, qh, 16 int8 scales, d
+					for s := range 16 {
+						blk[192+s] = []byte{0x7f, 0x80}[s%2]
+					}
+					binary.LittleEndian.PutUint16(blk[208:], 0x3c00)
+				default: // d, dmin, 12 bytes of 6-bit scales and mins (all 63), codes
+					binary.LittleEndian.PutUint16(blk[0:], 0x3c00)
+					binary.LittleEndian.PutUint16(blk[2:], 0x3800)
+				}
+			}
+			wf := make([]float32, rows*cols)
+			if err := quant.Dequantize(typ, w, wf); err != nil {
+				t.Fatal(err)
+			}
+			p, err := l.Pack(typ, w, rows, cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for si, sg := range signs {
+				name := fmt.Sprintf("%s/signs%d", typ, si)
+				x := make([]float32, n*cols)
+				for i := range x {
+					x[i] = sg[i%len(sg)]
+				}
+				got := make([]float32, n*rows)
+				if err := l.MatMulPacked(p, x, n, got); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if ref, ok := scalar[name]; !ok {
+					scalar[name] = got
+					checkMatMul(t, name, typ, wf, rows, cols, x, n, got)
+				} else if i := sameBits(got, ref); i >= 0 {
+					t.Errorf("%s: output %d is %g, the scalar path gave %g", name, i, got[i], ref[i])
+				}
+			}
+		}
+	})
 }
