@@ -126,7 +126,8 @@ fuzz: deps
 
 # bench prints prefill and decode speed (on the backend auto picks: the
 # native CPU library once built) on TinyLlama-shaped models with
-# random Q4_0 and Q8_0 weights beside the machine's bandwidth limit and,
+# random Q4_0, Q8_0 and Q4_K_M weights, and Llama 3.2 1B- and Qwen 2.5
+# 0.5B-shaped ones with Q4_K_M weights, beside the machine's bandwidth limit and,
 # where $(TESTDATA)/peers/llama.cpp/bin holds llama.cpp's benchmarks, beside
 # llama.cpp's figures measured on the same files in the same run; then the
 # K/V precision and allocator tables, sampling time per token with and
@@ -134,6 +135,8 @@ fuzz: deps
 # throughput in GB/s.
 bench: build $(NATIVE_LIB)
 	./$(BIN) bench speed --peer $(TESTDATA)/peers/llama.cpp/bin
+	./$(BIN) bench speed --peer $(TESTDATA)/peers/llama.cpp/bin --preset llama-3.2-1b --types Q4_K_M
+	./$(BIN) bench speed --peer $(TESTDATA)/peers/llama.cpp/bin --preset qwen2.5-0.5b --types Q4_K_M
 	./$(BIN) bench cache
 	./$(BIN) bench sample
 	@echo "Matrix kernels: MB/s of weights read (bench speed above measured this machine's read bandwidth, the bound for one vector)"
