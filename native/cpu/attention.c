@@ -148,25 +148,31 @@ static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_
 	for (int t = 0; t < n; t++) out[t] = tmp[t];
 }
 #elif defined(__AVX2__)
-static void idot8(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_t *out) {
-	__m256i a[8];
-	for (int t = 0; t < 8; t++) a[t] = _mm256_setzero_si256();
-	for (int c = 0; c < Dp; c += 16) {
-		__m256i qv = _mm256_loadu_si256((const __m256i *)(Q + c));
-		for (int t = 0; t < n; t++)
-			a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(qv, _mm256_loadu_si256((const __m256i *)(cb + (int64_t)t * Dp + c))));
+/* idot_both is idot_rows for Q (into S) and Qc (into Sc) in one pass:
+ * four rows at a time share each load of their codes, eight accumulators
+ * in registers (a short tile's last rows repeat its first, unstored). */
+static void idot_both(const int16_t *Q, const int16_t *Qc, const int16_t *cb, int Dp, int n, int32_t *S, int32_t *Sc) {
+	for (int t0 = 0; t0 < n; t0 += 4) {
+		const int16_t *r[4];
+		for (int t = 0; t < 4; t++) r[t] = cb + (int64_t)(t0 + t < n ? t0 + t : t0) * Dp;
+		__m256i a[4], b[4];
+		for (int t = 0; t < 4; t++) a[t] = b[t] = _mm256_setzero_si256();
+		for (int c = 0; c < Dp; c += 16) {
+			__m256i qv = _mm256_loadu_si256((const __m256i *)(Q + c)), cv = _mm256_loadu_si256((const __m256i *)(Qc + c));
+			for (int t = 0; t < 4; t++) {
+				__m256i k = _mm256_loadu_si256((const __m256i *)(r[t] + c));
+				a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(qv, k));
+				b[t] = _mm256_add_epi32(b[t], _mm256_madd_epi16(cv, k));
+			}
+		}
+		/* Lane i of each half: row i's sum over that half's lanes. */
+		__m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
+		__m256i y = _mm256_hadd_epi32(_mm256_hadd_epi32(b[0], b[1]), _mm256_hadd_epi32(b[2], b[3]));
+		int32_t ts[4], tc[4];
+		_mm_storeu_si128((__m128i *)ts, _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+		_mm_storeu_si128((__m128i *)tc, _mm_add_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1)));
+		for (int t = 0; t < 4 && t0 + t < n; t++) S[t0 + t] = ts[t], Sc[t0 + t] = tc[t];
 	}
-	__m256i s01 = _mm256_hadd_epi32(a[0], a[1]), s23 = _mm256_hadd_epi32(a[2], a[3]);
-	__m256i s45 = _mm256_hadd_epi32(a[4], a[5]), s67 = _mm256_hadd_epi32(a[6], a[7]);
-	__m256i lo4 = _mm256_hadd_epi32(s01, s23), hi4 = _mm256_hadd_epi32(s45, s67);
-	__m256i r = _mm256_add_epi32(_mm256_permute2x128_si256(lo4, hi4, 0x20), _mm256_permute2x128_si256(lo4, hi4, 0x31));
-	int32_t tmp[8];
-	_mm256_storeu_si256((__m256i *)tmp, r);
-	for (int t = 0; t < n; t++) out[t] = tmp[t];
-}
-
-static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_t *out) {
-	for (int t0 = 0; t0 < n; t0 += 8) idot8(Q, cb + (int64_t)t0 * Dp, Dp, n - t0 < 8 ? n - t0 : 8, out + t0);
 }
 #else
 static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_t *out) {
@@ -175,6 +181,14 @@ static void idot_rows(const int16_t *Q, const int16_t *cb, int Dp, int n, int32_
 		for (int d = 0; d < Dp; d++) s += (int32_t)Q[d] * cb[(int64_t)t * Dp + d];
 		out[t] = s;
 	}
+}
+#endif
+
+#if !defined(__AVX2__) || defined(__AVX512BW__)
+/* idot_both is idot_rows for Q (into S) and Qc (into Sc). */
+static void idot_both(const int16_t *Q, const int16_t *Qc, const int16_t *cb, int Dp, int n, int32_t *S, int32_t *Sc) {
+	idot_rows(Q, cb, Dp, n, S);
+	idot_rows(Qc, cb, Dp, n, Sc);
 }
 #endif
 
@@ -224,6 +238,24 @@ static float quant_query(const float *q, const float *s, int D, int Dp, int16_t 
 			__m512i X = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(x, lo), hi));
 			_mm256_storeu_si256((__m256i *)(Q + d), _mm512_cvtepi32_epi16(_mm512_srai_epi32(X, 7)));
 			_mm256_storeu_si256((__m256i *)(Qc + d), _mm512_cvtepi32_epi16(_mm512_and_si512(X, _mm512_set1_epi32(127))));
+		}
+	}
+#elif defined(__AVX2__)
+	{
+		/* Sixteen channels at a time; packs_epi32 interleaves 128-bit
+		 * halves, which permute4x64 puts back in order. */
+		__m256 iv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-QM), hi = _mm256_set1_ps(QM);
+		__m256i m127 = _mm256_set1_epi32(127);
+		for (; d + 16 <= D; d += 16) {
+			__m256i X[2];
+			for (int u = 0; u < 2; u++) {
+				__m256 x = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + d + 8 * u), _mm256_loadu_ps(s + d + 8 * u)), iv);
+				X[u] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(x, lo), hi));
+			}
+			__m256i qh = _mm256_packs_epi32(_mm256_srai_epi32(X[0], 7), _mm256_srai_epi32(X[1], 7));
+			__m256i ql = _mm256_packs_epi32(_mm256_and_si256(X[0], m127), _mm256_and_si256(X[1], m127));
+			_mm256_storeu_si256((__m256i *)(Q + d), _mm256_permute4x64_epi64(qh, 0xD8));
+			_mm256_storeu_si256((__m256i *)(Qc + d), _mm256_permute4x64_epi64(ql, 0xD8));
 		}
 	}
 #endif
@@ -404,8 +436,7 @@ static void group_scores(const struct kvs_kv_plane *k, int64_t lb, int g, int gi
 			const float *qh = qg + (int64_t)hh * D;
 			float qd = quant_query(qh, s, D, Dp, Q, Qc);
 			float cz = k->prec == KVS_KV_INT4 ? dot_any(z, 0, qh, D) : 0.0f;
-			idot_rows(Q, cb, Dp, tn, isum);
-			idot_rows(Qc, cb, Dp, tn, isc);
+			idot_both(Q, Qc, cb, Dp, tn, isum, isc);
 			float *o = sc + hh * m + i0;
 			for (int i = 0; i < tn; i++) o[i] = (((float)isum[i] * 128.0f + (float)isc[i]) * qd + cz) * scale;
 		}
@@ -438,6 +469,25 @@ static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, i
 			__m512 sv = _mm512_set1_ps(s);
 			for (; d + 16 <= d1; d += 16)
 				_mm512_storeu_ps(buf + d, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + d)))), sv));
+			for (; d < d1; d++) buf[d] = (float)(int8_t)src[d] * s;
+			d0 = d1;
+		}
+		return buf;
+	}
+#elif defined(__AVX2__)
+	if (v->prec == KVS_KV_INT8) {
+		const uint8_t *src = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(h * v->block_size + t) * v->row_bytes;
+		const uint8_t *sc8 = (const uint8_t *)v->scale;
+		int G = v->group;
+		int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
+		for (int d0 = 0; d0 < D;) {
+			int gg = (h * D + d0) / G, d1 = (gg + 1) * G - h * D;
+			if (d1 > D) d1 = D;
+			float s = kvs_s8(sc8[si + gg]);
+			int d = d0;
+			__m256 sv = _mm256_set1_ps(s);
+			for (; d + 8 <= d1; d += 8)
+				_mm256_storeu_ps(buf + d, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(src + d)))), sv));
 			for (; d < d1; d++) buf[d] = (float)(int8_t)src[d] * s;
 			d0 = d1;
 		}
@@ -511,6 +561,45 @@ static const vsum_fn vsum_fns[3][2][5] = {{KVS_VSUM_ROW(vsum64), KVS_VSUM_ROW(vs
 #undef KVS_VSUM_ROW
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* vsum8_tile adds, for H (1 or 2) query heads, out_h[c0..c0+31] +=
+ * (w_h[i]*inv_h) * row_i[c0..c0+31] for the tile's n rows in order (each
+ * product rounded, then added: the scalar loop's bits), with the 4*H
+ * eight-lane sums in registers between out's load and store; rows are f32
+ * (kind 0), f16 bits (1) or bf16 bits (2), D values a head in out. */
+static inline __attribute__((always_inline)) void vsum8_tile(const int kind, const int H, const void *const *rows, int c0,
+                                                             int n, const float *w, int64_t m, const float *inv,
+                                                             float *out, int D) {
+	__m256 acc[2][4], pr[2];
+	for (int h = 0; h < H; h++)
+		for (int c = 0; c < 4; c++) acc[h][c] = _mm256_loadu_ps(out + h * D + c0 + 8 * c);
+	for (int i = 0; i < n; i++) {
+		for (int h = 0; h < H; h++) pr[h] = _mm256_set1_ps(w[(int64_t)h * m + i] * inv[h]);
+		for (int c = 0; c < 4; c++) {
+			__m256 vr = load8(rows[i], kind, c0 + 8 * c);
+			for (int h = 0; h < H; h++) acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(pr[h], vr));
+		}
+	}
+	for (int h = 0; h < H; h++)
+		for (int c = 0; c < 4; c++) _mm256_storeu_ps(out + h * D + c0 + 8 * c, acc[h][c]);
+}
+
+/* vsum8 runs vsum8_tile with kind and H as constants. */
+static void vsum8(int kind, int H, const void *const *rows, int c0, int n, const float *w, int64_t m, const float *inv,
+                  float *out, int D) {
+#define V(K, HH) vsum8_tile(K, HH, rows, c0, n, w, m, inv, out, D)
+	switch (kind * 2 + H - 1) {
+	case 0: V(0, 1); break;
+	case 1: V(0, 2); break;
+	case 2: V(1, 1); break;
+	case 3: V(1, 2); break;
+	case 4: V(2, 1); break;
+	default: V(2, 2);
+	}
+#undef V
+}
+#endif
+
 static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
                      int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
                      const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out) {
@@ -575,7 +664,12 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 				for (; i < m; i++) lane[0] = sc[i] > lane[0] ? sc[i] : lane[0];
 				float mx = lane[0];
 				for (int l = 1; l < 16; l++) mx = lane[l] > mx ? lane[l] : mx;
-				for (i = 0; i < m; i++) sc[i] = kvs_expf(sc[i] - mx);
+				i = 0;
+#if defined(__AVX2__)
+				for (__m256 mv = _mm256_set1_ps(mx); i + 8 <= m; i += 8)
+					_mm256_storeu_ps(sc + i, kvs_expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + i), mv)));
+#endif
+				for (; i < m; i++) sc[i] = kvs_expf(sc[i] - mx);
 				sum[hh] = 0;
 			}
 			for (int i = 0; i < m; i++)
@@ -620,6 +714,34 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 						int hn = group - h0 < H ? 1 : H;
 						fn[hn == H ? 0 : 1][kind](rows, rs, tn, scratch + (int64_t)h0 * m + pa - p0, m, inv + h0, og + (int64_t)h0 * D);
 						h0 += hn;
+					}
+				}
+			} else
+#elif defined(__AVX2__)
+			if (D % 32 == 0 && D <= 256) {
+				/* Tiles of positions: each row is read in place (f32,
+				 * f16, bf16) or decoded once into vt, then two heads a
+				 * pass take 32 of its values at a time from L1, eight
+				 * accumulators in registers. */
+				const int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : 0;
+				float vt[KVS_TILE * 256];
+				const void *rows[KVS_TILE];
+				for (int pa = p0; pa < np; pa += KVS_TILE) {
+					int tn = np - pa < KVS_TILE ? np - pa : KVS_TILE;
+					if (pa == p0) prefetch_rows(v, layer, tab, g, pa, pa + tn);
+					if (pa + tn < np) prefetch_rows(v, layer, tab, g, pa + tn, np - pa - tn < KVS_TILE ? np : pa + tn + KVS_TILE);
+					for (int i = 0; i < tn; i++) {
+						int p = pa + i, j = p / B, t = p % B;
+						int64_t lb = (int64_t)layer * v->blocks + tab[j];
+						if (kind)
+							rows[i] = (const uint16_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
+						else
+							rows[i] = value_row(v, lb, g, t, fp8tab, dtab, vt + i * D);
+					}
+					for (int h0 = 0; h0 < group; h0 += 2) {
+						int hn = group - h0 < 2 ? 1 : 2;
+						for (int c0 = 0; c0 < D; c0 += 32)
+							vsum8(kind, hn, rows, c0, tn, scratch + (int64_t)h0 * m + pa - p0, m, inv + h0, og + (int64_t)h0 * D, D);
 					}
 				}
 			} else

@@ -79,6 +79,21 @@ static inline void kvs_int4_key_sz16(const uint8_t *m, int D, int d, __m512 *s, 
 	*s = _mm512_cvtph_ps(_mm256_slli_epi16(s16, 6));
 	*z = _mm512_cvtph_ps(_mm256_slli_epi16(z16, 6));
 }
+#elif defined(__AVX2__)
+/* kvs_int4_key_sz8 is kvs_int4_key_sz for channels d..d+7 (d a multiple
+ * of 8): the high bits set from their bit planes, then converted exactly. */
+static inline void kvs_int4_key_sz8(const uint8_t *m, int D, int d, __m256 *s, __m256 *z) {
+	int P = (D + 7) / 8, i = 2 * D + d / 8;
+	const __m128i bit = _mm_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128);
+	__m128i b8 = _mm_cmpeq_epi16(_mm_and_si128(_mm_set1_epi16(m[i]), bit), bit);
+	__m128i z8 = _mm_cmpeq_epi16(_mm_and_si128(_mm_set1_epi16(m[i + P]), bit), bit);
+	__m128i z9 = _mm_cmpeq_epi16(_mm_and_si128(_mm_set1_epi16(m[i + 2 * P]), bit), bit);
+	__m128i s16 = _mm_or_si128(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(m + d))), _mm_and_si128(b8, _mm_set1_epi16(256)));
+	__m128i z16 = _mm_or_si128(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(m + D + d))),
+	                           _mm_or_si128(_mm_and_si128(z8, _mm_set1_epi16(256)), _mm_and_si128(z9, _mm_set1_epi16(512))));
+	*s = _mm256_cvtph_ps(_mm_slli_epi16(s16, 6));
+	*z = _mm256_cvtph_ps(_mm_slli_epi16(z16, 6));
+}
 #endif
 
 /* kvs_iq4 is int4 values' sixteen levels (llama.cpp's IQ4_NL table): a
@@ -145,6 +160,21 @@ static inline void kvs_int4_vrow(const struct kvs_kv_plane *p, int64_t lb, int h
 		__m512 sv = _mm512_set1_ps(s), tab = _mm512_loadu_ps(kvs_iq4);
 		if (d & 1) out[d] = s * kvs_iq4[(src[d >> 1] >> 4) & 15], d++;
 		for (; d + 16 <= d1; d += 16) _mm512_storeu_ps(out + d, _mm512_mul_ps(sv, _mm512_permutexvar_ps(kvs_nibbles16(src + d / 2), tab)));
+#elif defined(__AVX2__)
+		/* Sixteen values from eight bytes: the nibbles interleaved in
+		 * order, each looked up in both halves of the table (vpermps reads
+		 * an index's low three bits) and the half chosen by its bit 3. */
+		__m256 sv = _mm256_set1_ps(s), t0 = _mm256_loadu_ps(kvs_iq4), t1 = _mm256_loadu_ps(kvs_iq4 + 8);
+		if (d & 1) out[d] = s * kvs_iq4[(src[d >> 1] >> 4) & 15], d++;
+		for (; d + 16 <= d1; d += 16) {
+			__m128i x = _mm_loadl_epi64((const __m128i *)(src + d / 2)), m15 = _mm_set1_epi8(15);
+			__m128i c = _mm_unpacklo_epi8(_mm_and_si128(x, m15), _mm_and_si128(_mm_srli_epi16(x, 4), m15));
+			for (int u = 0; u < 2; u++) {
+				__m256i q = _mm256_cvtepu8_epi32(u ? _mm_srli_si128(c, 8) : c);
+				__m256 e = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, q), _mm256_permutevar8x32_ps(t1, q), _mm256_castsi256_ps(_mm256_slli_epi32(q, 28)));
+				_mm256_storeu_ps(out + d + 8 * u, _mm256_mul_ps(sv, e));
+			}
+		}
 #endif
 		for (; d < d1; d++) out[d] = s * kvs_iq4[(src[d >> 1] >> ((d & 1) * 4)) & 15];
 		d0 = d1;
@@ -166,6 +196,13 @@ static inline void kvs_key_group_scales(const struct kvs_kv_plane *p, int64_t lb
 			_mm512_storeu_ps(s + d, sv);
 			_mm512_storeu_ps(z + d, zv);
 		}
+#elif defined(__AVX2__)
+		for (; d + 8 <= D; d += 8) {
+			__m256 sv, zv;
+			kvs_int4_key_sz8(sc, D, d, &sv, &zv);
+			_mm256_storeu_ps(s + d, sv);
+			_mm256_storeu_ps(z + d, zv);
+		}
 #endif
 		for (; d < D; d++) kvs_int4_key_sz(sc, D, d, s + d, z + d);
 		return;
@@ -175,6 +212,16 @@ static inline void kvs_key_group_scales(const struct kvs_kv_plane *p, int64_t lb
 	for (; d + 16 <= D; d += 16) {
 		__m512 r = _mm512_cvtepi32_ps(_mm512_add_epi32(kvs_nibbles16(sc + 1 + d / 2), _mm512_set1_epi32(1)));
 		_mm512_storeu_ps(s + d, _mm512_mul_ps(_mm512_mul_ps(base, r), sixteenth));
+	}
+#elif defined(__AVX2__)
+	__m256 base = _mm256_set1_ps(kvs_s8(sc[0])), sixteenth = _mm256_set1_ps(1.0f / 16);
+	for (; d + 8 <= D; d += 8) {
+		int32_t w;
+		memcpy(&w, sc + 1 + d / 2, 4);
+		__m128i x = _mm_cvtsi32_si128(w), m15 = _mm_set1_epi8(15);
+		__m128i c = _mm_unpacklo_epi8(_mm_and_si128(x, m15), _mm_and_si128(_mm_srli_epi16(x, 4), m15));
+		__m256 r = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_cvtepu8_epi32(c), _mm256_set1_epi32(1)));
+		_mm256_storeu_ps(s + d, _mm256_mul_ps(_mm256_mul_ps(base, r), sixteenth));
 	}
 #endif
 	for (; d < D; d++) s[d] = kvs_key_scale(sc, d);

@@ -54,6 +54,25 @@ static inline float sum8(__m256 v) {
 	a = _mm_add_ss(a, _mm_shuffle_ps(a, a, 1));
 	return _mm_cvtss_f32(a);
 }
+
+/* kvs_expf8 is common.h's kvs_expf in eight lanes: the same operations in
+ * the same order, so each lane has kvs_expf's bits (max(-87, x) then
+ * min(88, .) keep a NaN, as the scalar clamp does). */
+static inline __m256 kvs_expf8(__m256 x) {
+	x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
+	__m256 big = _mm256_set1_ps(12582912.0f);
+	__m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), big), big);
+	__m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f))), _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
+	__m256 p = _mm256_set1_ps(1.9875691500e-4f);
+	p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
+	p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+	p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+	p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+	p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+	p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
 #endif
 
 #if defined(__AVX512F__)
