@@ -455,7 +455,7 @@ static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, i
 		kvs_int4_vrow(v, lb, h, t, dtab, buf);
 		return buf;
 	}
-#if defined(__AVX512F__)
+#if defined(__AVX2__)
 	if (v->prec == KVS_KV_INT8) {
 		const uint8_t *src = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(h * v->block_size + t) * v->row_bytes;
 		const uint8_t *sc8 = (const uint8_t *)v->scale;
@@ -466,28 +466,15 @@ static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, i
 			if (d1 > D) d1 = D;
 			float s = kvs_s8(sc8[si + gg]);
 			int d = d0;
+#if defined(__AVX512F__)
 			__m512 sv = _mm512_set1_ps(s);
 			for (; d + 16 <= d1; d += 16)
 				_mm512_storeu_ps(buf + d, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + d)))), sv));
-			for (; d < d1; d++) buf[d] = (float)(int8_t)src[d] * s;
-			d0 = d1;
-		}
-		return buf;
-	}
-#elif defined(__AVX2__)
-	if (v->prec == KVS_KV_INT8) {
-		const uint8_t *src = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(h * v->block_size + t) * v->row_bytes;
-		const uint8_t *sc8 = (const uint8_t *)v->scale;
-		int G = v->group;
-		int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
-		for (int d0 = 0; d0 < D;) {
-			int gg = (h * D + d0) / G, d1 = (gg + 1) * G - h * D;
-			if (d1 > D) d1 = D;
-			float s = kvs_s8(sc8[si + gg]);
-			int d = d0;
+#else
 			__m256 sv = _mm256_set1_ps(s);
 			for (; d + 8 <= d1; d += 8)
 				_mm256_storeu_ps(buf + d, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(src + d)))), sv));
+#endif
 			for (; d < d1; d++) buf[d] = (float)(int8_t)src[d] * s;
 			d0 = d1;
 		}
