@@ -131,53 +131,124 @@ func lastLine(s string) string {
 	return s
 }
 
-// coldStart runs a fresh kvscope process (this executable's `run`) and,
-// where the peer has it, llama-cli -n 1 -st, each once on the model at path
-// with a prompt of o.prompt tokens, and prints their times to the first
-// token and peak RSS beside the file's size; steady is kvscope's prefill
-// rate from the table (0: none).
-func coldStart(out io.Writer, path string, size int64, o speedOpts, peer string, steady float64) {
+// coldRuns is a model's cold starts, one a round of bench speed: a fresh
+// kvscope process (this executable's `run`) and, where the peer has it,
+// llama-cli -n 1 -st, each on the model with a prompt of o.prompt tokens,
+// timed to the first token. Run in the rounds, each cold prompt meets the
+// bandwidth of its round's steady prefill: this machine's swings from
+// minute to minute, and one cold run against the best of several steady
+// ones would measure the minutes, not the cold start.
+type coldRuns struct {
+	path, text, cli string
+	n               int
+	o               speedOpts
+	skip            string    // why kvscope's runs are not made, if they are not
+	ours, theirs    []coldRun // each round's
+	ratios          []float64 // each round's cold prompt over that round's steady prefill
+}
+
+// newColdRuns prepares the cold starts of the model at path; peer is
+// llama.cpp's folder ("" for none).
+func newColdRuns(path string, o speedOpts, peer string) *coldRuns {
+	c := &coldRuns{o: o}
 	self, err := os.Executable()
 	if err != nil || strings.HasSuffix(self, ".test") {
-		fmt.Fprintln(out, "cold start: not run (not run from a kvscope binary)")
-		return
+		c.skip = "not run from a kvscope binary"
+		return c
 	}
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs // the runs start in an empty folder
 	}
-	text, n, err := coldPrompt(path, o.prompt)
-	if err != nil {
-		fmt.Fprintf(out, "cold start: not run: %v\n", err)
-		return
+	c.path = path
+	if c.text, c.n, err = coldPrompt(path, o.prompt); err != nil {
+		c.skip = err.Error()
+		return c
 	}
-	args := []string{"run", "-m", path, "-c", "2048", "-n", "1", "-p", text}
-	if o.backend != "" {
-		args = append(args, "--backend", o.backend)
-	}
-	ours := runCold(self, args...)
-	var theirs coldRun
-	cli := ""
 	if peer != "" {
 		if st, err := os.Stat(filepath.Join(peer, "llama-cli")); err == nil && st.Mode().IsRegular() {
-			cli = filepath.Join(peer, "llama-cli")
-			theirs = runCold(cli, "-m", path, "-c", "2048", "-n", "1", "-st", "-t", strconv.Itoa(o.threads), "-p", text)
+			c.cli = filepath.Join(peer, "llama-cli")
 		}
+	}
+	return c
+}
+
+// runOurs runs kvscope once; steady is its prefill rate in this round (0:
+// none).
+func (c *coldRuns) runOurs(steady float64) {
+	if c.skip != "" {
+		return
+	}
+	self, _ := os.Executable()
+	args := []string{"run", "-m", c.path, "-c", "2048", "-n", "1", "-p", c.text}
+	if c.o.backend != "" {
+		args = append(args, "--backend", c.o.backend)
+	}
+	r := runCold(self, args...)
+	c.ours = append(c.ours, r)
+	if r.err == nil && r.prefill > 0 && steady > 0 {
+		c.ratios = append(c.ratios, r.prefill/steady)
+	}
+}
+
+// runTheirs runs llama-cli once, where there is one.
+func (c *coldRuns) runTheirs() {
+	if c.skip != "" || c.cli == "" {
+		return
+	}
+	c.theirs = append(c.theirs, runCold(c.cli, "-m", c.path, "-c", "2048", "-n", "1", "-st", "-t", strconv.Itoa(c.o.threads), "-p", c.text))
+}
+
+// best returns the fastest of runs (the shortest wall time, the highest
+// prefill rate) with the largest peak RSS of them all, or the first
+// failure.
+func best(runs []coldRun) coldRun {
+	var b coldRun
+	for i, r := range runs {
+		if r.err != nil {
+			return r
+		}
+		if i == 0 {
+			b = r
+			continue
+		}
+		b.wall = min(b.wall, r.wall)
+		b.prefill = max(b.prefill, r.prefill)
+		b.maxRSS = max(b.maxRSS, r.maxRSS)
+	}
+	return b
+}
+
+// write prints the cold starts' times to the first token and peak RSS
+// beside the file's size; steady is kvscope's best prefill rate from the
+// table (0: none).
+func (c *coldRuns) write(out io.Writer, size int64, steady float64) {
+	if c.skip != "" {
+		fmt.Fprintf(out, "cold start: not run (%s)\n", c.skip)
+		return
 	}
 	fileRatio := func(r coldRun) string {
 		return fmt.Sprintf("%s (%.2f× the file)", humanize.Bytes(uint64(r.maxRSS)), float64(r.maxRSS)/float64(max(size, 1)))
 	}
-	if ours.err != nil {
+	of := ""
+	if len(c.ours) > 1 {
+		of = fmt.Sprintf(" (the best of %d runs, one a round; peak RSS the largest)", len(c.ours))
+	}
+	if ours := best(c.ours); ours.err != nil {
 		fmt.Fprintf(out, "cold start: kvscope failed: %v\n", ours.err)
 	} else {
 		first := ""
 		if ours.prefill > 0 && steady > 0 {
-			first = fmt.Sprintf(", its prompt at %.1f tokens/s (%.2f× the steady prefill above)", ours.prefill, ours.prefill/steady)
+			first = fmt.Sprintf(", its prompt at %.1f tokens/s (%.2f× the steady prefill above", ours.prefill, ours.prefill/steady)
+			if len(c.ratios) > 1 {
+				first += fmt.Sprintf("; the rounds' median of each run over its round's prefill %.2f", median(c.ratios))
+			}
+			first += ")"
 		}
-		fmt.Fprintf(out, "cold start, %d-token prompt, process start to exit after the first token: kvscope run %.2f s%s; peak RSS %s\n",
-			n, ours.wall.Seconds(), first, fileRatio(ours))
+		fmt.Fprintf(out, "cold start, %d-token prompt, process start to exit after the first token%s: kvscope run %.2f s%s; peak RSS %s\n",
+			c.n, of, ours.wall.Seconds(), first, fileRatio(ours))
 	}
-	switch {
-	case cli == "":
+	switch theirs := best(c.theirs); {
+	case c.cli == "":
 		fmt.Fprintln(out, "cold start: llama-cli not run (none beside the peer's benchmarks)")
 	case theirs.err != nil:
 		fmt.Fprintf(out, "cold start: llama-cli failed: %v\n", theirs.err)

@@ -138,6 +138,7 @@ func runSpeed(o speedOpts, out io.Writer) error {
 		var rows []speedRow
 		var weights int64
 		note := ""
+		cold := newColdRuns(path, o, peer)
 		for round := range max(o.rounds, 1) {
 			if round > 0 {
 				bw = max(bw, measure())
@@ -151,6 +152,7 @@ func runSpeed(o speedOpts, out io.Writer) error {
 				if theirs, err = peerSpeed(peer, path, o); err != nil {
 					note = "llama.cpp failed: " + firstLine(err.Error())
 				}
+				cold.runTheirs()
 			}
 			if round%2 == 1 {
 				peerRun()
@@ -159,6 +161,7 @@ func runSpeed(o speedOpts, out io.Writer) error {
 			if err != nil {
 				return err
 			}
+			cold.runOurs(prefillOf(r, o.prompt))
 			if round%2 == 0 {
 				peerRun()
 			}
@@ -189,16 +192,21 @@ func runSpeed(o speedOpts, out io.Writer) error {
 		if note != "" {
 			fmt.Fprintln(out, note)
 		}
-		steady := 0.0
-		for _, r := range rows {
-			if r.test == ppTest(o.prompt) {
-				steady = r.ours
-			}
-		}
-		coldStart(out, path, int64(size), o, peer, steady)
+		cold.write(out, int64(size), prefillOf(rows, o.prompt))
 		os.Remove(path)
 	}
 	return nil
+}
+
+// prefillOf returns kvscope's rate in rows' prefill test of a p-token
+// prompt (0: none).
+func prefillOf(rows []speedRow, p int) float64 {
+	for _, r := range rows {
+		if r.test == ppTest(p) {
+			return r.ours
+		}
+	}
+	return 0
 }
 
 // bestRows returns each row of b with the better figures of a's row (a
