@@ -18,7 +18,14 @@
 enum { PR = KVS_PACK_ROWS };
 
 /* PFK is how far ahead (bytes) the kernels prefetch weights into L2, as
- * packed.c's PF. */
+ * packed.c's PF. The AVX-512 tiles of one or two vectors ask for nothing:
+ * a block is read front to back (packed_layout.h), and the hardware
+ * prefetcher alone streamed a 5632×2048 product from memory faster
+ * (Q4_K at 87% of kvs_sum64's rate on one core and 90% on two, where
+ * asking for each block 48 KB ahead gave 75% and 82%; Q6_K 85% and 91%
+ * against 60% and 81%). From three vectors on, the tiles compute long
+ * enough that the hardware prefetcher falls behind, and asking ahead gains
+ * 25-40%. */
 #define PFK 49152
 
 static inline int32_t ld32k(const void *p) {
@@ -31,9 +38,9 @@ static inline int32_t ld32k(const void *p) {
  * 0..31, Q6_K 0..63) from packed block b. */
 static inline int32_t kcode(uint32_t t, const uint8_t *b, int r, int e) {
 	int n = e / 128, k = (e % 128) / 4, j = e % 4;
-	int32_t q = (b[PKK_CODES + 64 * k + 4 * r + j] >> (4 * n)) & 15;
-	if (t == 13) q |= ((b[PKK_HIGH + 64 * (k / 4) + 4 * r + j] >> (k % 4 + 4 * n)) & 1) << 4;
-	if (t == 14) q |= ((b[PKK_HIGH + 64 * (k / 2) + 4 * r + j] >> (2 * (2 * (k % 2) + n))) & 3) << 4;
+	int32_t q = (b[pkk_code(t, k) + 4 * r + j] >> (4 * n)) & 15;
+	if (t == 13) q |= ((b[pkk_high(t, k / 4) + 4 * r + j] >> (k % 4 + 4 * n)) & 1) << 4;
+	if (t == 14) q |= ((b[pkk_high(t, k / 2) + 4 * r + j] >> (2 * (2 * (k % 2) + n))) & 3) << 4;
 	return q;
 }
 
@@ -111,15 +118,15 @@ static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8
 		}
 		for (int c = 0; c < len; c++) {
 			const int k = u * len + c;
-			__m512i raw = _mm512_loadu_si512(b + PKK_CODES + 64 * k);
+			__m512i raw = _mm512_loadu_si512(b + pkk_code(t, k));
 			__m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
 			if (t == 13) {
-				__m512i hb = _mm512_loadu_si512(b + PKK_HIGH + 64 * (k / 4)), m = _mm512_set1_epi8(16);
+				__m512i hb = _mm512_loadu_si512(b + pkk_high(t, k / 4)), m = _mm512_set1_epi8(16);
 				const int s = k % 4;
 				lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4 - s), m));
 				hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi16(hb, s), m));
 			} else if (t == 14) {
-				__m512i hb = _mm512_loadu_si512(b + PKK_HIGH + 64 * (k / 2)), m = _mm512_set1_epi8(0x30);
+				__m512i hb = _mm512_loadu_si512(b + pkk_high(t, k / 2)), m = _mm512_set1_epi8(0x30);
 				if (k % 2 == 0) {
 					lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4), m));
 					hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(hb, 2), m));
@@ -170,7 +177,7 @@ static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_
 	const int64_t bb = pkk_block_bytes(t);
 	for (int64_t i = 0; i < nb; i++) {
 		const uint8_t *b = gp + i * bb;
-		if (pf) kprefetch(t, b);
+		if (pf && nv > 2) kprefetch(t, b);
 		if (nv <= 4) {
 			kblock(t, b, qx + i, nb, acc, nv);
 		} else {
@@ -209,15 +216,15 @@ static inline int kpart(uint32_t t) { return t == 12 ? 8 : t == 13 ? 4 : 2; }
 static inline __attribute__((always_inline)) void kcodes(uint32_t t, const uint8_t *b, int k, int h, __m256i *lo,
                                                         __m256i *hi) {
 	const __m256i m4 = _mm256_set1_epi8(15);
-	__m256i raw = _mm256_loadu_si256((const __m256i *)(b + PKK_CODES + 64 * k + 32 * h));
+	__m256i raw = _mm256_loadu_si256((const __m256i *)(b + pkk_code(t, k) + 32 * h));
 	*lo = _mm256_and_si256(raw, m4), *hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
 	if (t == 13) {
-		__m256i hb = _mm256_loadu_si256((const __m256i *)(b + PKK_HIGH + 64 * (k / 4) + 32 * h)), m = _mm256_set1_epi8(16);
+		__m256i hb = _mm256_loadu_si256((const __m256i *)(b + pkk_high(t, k / 4) + 32 * h)), m = _mm256_set1_epi8(16);
 		const int s = k % 4;
 		*lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4 - s), m));
 		*hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi16(hb, s), m));
 	} else if (t == 14) {
-		__m256i hb = _mm256_loadu_si256((const __m256i *)(b + PKK_HIGH + 64 * (k / 2) + 32 * h)), m = _mm256_set1_epi8(0x30);
+		__m256i hb = _mm256_loadu_si256((const __m256i *)(b + pkk_high(t, k / 2) + 32 * h)), m = _mm256_set1_epi8(0x30);
 		if (k % 2 == 0) {
 			*lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), m));
 			*hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_slli_epi16(hb, 2), m));

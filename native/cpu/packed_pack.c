@@ -54,7 +54,7 @@ static void pack_k(uint32_t t, const uint8_t *b, int r, uint8_t *pb) {
 	uint8_t q[256], lo[128], hb[64];
 	kcodes(t, b, q);
 	for (int i = 0; i < 128; i++) lo[i] = (uint8_t)((q[i] & 15) | (q[128 + i] & 15) << 4);
-	for (int k = 0; k < 32; k++) memcpy(pb + PKK_CODES + 64 * k + 4 * r, lo + 4 * k, 4);
+	for (int k = 0; k < 32; k++) memcpy(pb + pkk_code(t, k) + 4 * r, lo + 4 * k, 4);
 	if (t == 13) {
 		/* line L, byte j: bit c from chunk 4L+c's low code, bit 4+c its high one */
 		for (int L = 0; L < 8; L++)
@@ -66,7 +66,7 @@ static void pack_k(uint32_t t, const uint8_t *b, int r, uint8_t *pb) {
 				}
 				hb[4 * L + j] = v;
 			}
-		for (int L = 0; L < 8; L++) memcpy(pb + PKK_HIGH + 64 * L + 4 * r, hb + 4 * L, 4);
+		for (int L = 0; L < 8; L++) memcpy(pb + pkk_high(t, L) + 4 * r, hb + 4 * L, 4);
 	}
 	if (t == 14) {
 		/* line L, byte j: bits 2(2c+n) from chunk 2L+c's nibble n */
@@ -79,7 +79,7 @@ static void pack_k(uint32_t t, const uint8_t *b, int r, uint8_t *pb) {
 				}
 				hb[4 * L + j] = v;
 			}
-		for (int L = 0; L < 16; L++) memcpy(pb + PKK_HIGH + 64 * L + 4 * r, hb + 4 * L, 4);
+		for (int L = 0; L < 16; L++) memcpy(pb + pkk_high(t, L) + 4 * r, hb + 4 * L, 4);
 	}
 	if (t == 14) {
 		for (int s = 0; s < 16; s++) pb[pkk_scales(t) + 16 * s + r] = b[192 + s];

@@ -203,15 +203,17 @@ KVS_API int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols,
  *
  * Q4_K, Q5_K and Q6_K: groups of 16 rows likewise, group g at
  * g*nb*B bytes, nb = cols/256 blocks of B = 2368 (Q4_K), 2880 (Q5_K) or
- * 3392 (Q6_K) bytes, one after another. In a block: 32 chunks of 64 bytes,
- * byte 4r+j of chunk k holding the low four bits of row r's codes of
- * elements 4k+j (low nibble) and 128+4k+j (high nibble); Q5_K's fifth bits,
- * 8 lines of 64 bytes, line k/4 byte 4r+j bit (k%4 + 4n) for chunk k's
- * nibble n; Q6_K's top two bits, 16 lines of 64, line k/2 byte 4r+j bits
- * 2(2(k%2)+n) and up; then the sub-block scales, 16 bytes each (row r's at
- * byte r; 8 sub-blocks of 32 elements, Q6_K 16 of 16, int8), Q4_K/Q5_K's
- * mins (sub-blocks 2p and 2p+1 at bytes 32p+2r and 32p+2r+1), the 16 rows'
- * f16 d, Q4_K/Q5_K's 16 f16 dmin, and Q6_K 32 bytes of padding.
+ * 3392 (Q6_K) bytes, one after another. A block starts with 320 bytes:
+ * the sub-block scales, 16 bytes each (row r's at byte r; 8 sub-blocks of
+ * 32 elements, Q6_K 16 of 16, int8), Q4_K/Q5_K's mins (sub-blocks 2p and
+ * 2p+1 at bytes 32p+2r and 32p+2r+1), the 16 rows' f16 d, Q4_K/Q5_K's 16
+ * f16 dmin, and Q6_K 32 bytes of padding. Then 32 chunks of 64 bytes, byte
+ * 4r+j of chunk k holding the low four bits of row r's codes of elements
+ * 4k+j (low nibble) and 128+4k+j (high nibble), with the high bits' lines
+ * among them: Q5_K's line L (after chunk 4L+3) byte 4r+j bit (k%4 + 4n)
+ * for chunk k = 4L+k%4's nibble n; Q6_K's line L (after chunk 2L+1) byte
+ * 4r+j bits 2(2(k%2)+n) and up for chunk k = 2L+k%2. A block is so read
+ * front to back.
  */
 #define KVS_PACK_ROWS 16
 
