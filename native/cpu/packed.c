@@ -14,11 +14,9 @@
 
 enum { PR = KVS_PACK_ROWS, NV = 8 };
 
-/* PF is how far ahead (bytes of codes) the kernels prefetch weights into
- * L2. The hardware prefetchers alone left a decode step's stream at about
- * 14 GB/s on one core of the development machine (Zen 4 under KVM, huge
- * pages); 32 to 64 KB ahead made it 20 to 22 (2 cores: 26 to 33), nearer
- * helped less and into L1 not at all. Prefetches past the weights' end are
+/* PF is how far ahead (bytes) the kernels prefetch weights into L2: the
+ * AVX-512 tiles of three or more vectors and every AVX2 tile (tile's
+ * comment says why not the others). Prefetches past the weights' end are
  * harmless (they never fault). */
 #define PF 49152
 
@@ -28,23 +26,18 @@ static inline int32_t ld32(const void *p) {
 	return v;
 }
 
-/* Code bytes of one group's block: 16 rows × 32 codes, nibbles (Q5_0: and
- * 64 bytes of fifth bits) or bytes. */
-static inline int64_t code_bytes(uint32_t type) { return pk32_code_bytes(type); }
-
 /* nib_off is the offset making a nibble type's codes signed: Q4_0 8, Q5_0 16. */
 static inline int32_t nib_off(uint32_t type) { return type == 6 ? 16 : 8; }
 
 /* The scalar definition, run by the scalar and NEON paths. */
 static void packed_ref(uint32_t type, const uint8_t *wp, int64_t rows, int64_t nb, int64_t g, const struct act32 *qx,
                        int64_t n, float *out) {
-	int64_t cb = code_bytes(type);
-	const uint8_t *codes = wp + g * nb * (cb + 32), *ds = codes + nb * cb;
+	const uint8_t *gp = wp + g * pk32_group_bytes(type, nb);
 	for (int64_t v = 0; v < n; v++) {
 		float acc[PR] = {0};
 		for (int64_t i = 0; i < nb; i++) {
 			const struct act32 *a = qx + v * nb + i;
-			const uint8_t *c = codes + i * cb;
+			const uint8_t *c = gp + pk32_codes(type, i), *ds = gp + pk32_scales(type, i);
 			for (int r = 0; r < PR; r++) {
 				int32_t s = 0;
 				if (type != 8) {
@@ -65,7 +58,7 @@ static void packed_ref(uint32_t type, const uint8_t *wp, int64_t rows, int64_t n
 						for (int j = 0; j < 4; j++) s += c[64 * k + 4 * r + j] * a->q[4 * k + j];
 					s -= 128 * a->s;
 				}
-				acc[r] += (float)s * (kvs_h2f(kvs_le16(ds + 32 * i + 2 * r)) * a->d);
+				acc[r] += (float)s * (kvs_h2f(kvs_le16(ds + 2 * r)) * a->d);
 			}
 		}
 		for (int r = 0; r < PR && g * PR + r < rows; r++) out[v * rows + g * PR + r] = acc[r];
@@ -73,32 +66,16 @@ static void packed_ref(uint32_t type, const uint8_t *wp, int64_t rows, int64_t n
 }
 
 #if defined(__AVX2__) || defined(__AVX512F__)
-/* prefetch_lines asks for block i's scales and every step-th line of its
- * codes (cb bytes a block), dist bytes of codes ahead. */
-static inline __attribute__((always_inline)) void prefetch_lines(int64_t cb, const uint8_t *codes, const uint8_t *ds,
-                                                                int64_t i, int64_t dist, int step) {
-	const char *c = (const char *)codes + cb * i + dist;
-	for (int k = 0; k < cb / 64; k += step) _mm_prefetch(c + 64 * k, _MM_HINT_T1);
-	if ((i & 1) == 0) _mm_prefetch((const char *)ds + 32 * i + dist / (cb / 32), _MM_HINT_T1);
-}
-
-/* prefetch asks for block i's codes and scales PF bytes of codes ahead. */
-static inline __attribute__((always_inline)) void prefetch(uint32_t type, const uint8_t *codes, const uint8_t *ds,
-                                                          int64_t i) {
-	prefetch_lines(code_bytes(type), codes, ds, i, PF, 1);
+/* prefetch asks for the lines of block i's pair (group gp) PF bytes
+ * ahead, at the pair's first block. */
+static inline __attribute__((always_inline)) void prefetch(uint32_t type, const uint8_t *gp, int64_t i) {
+	if (i & 1) return;
+	const char *c = (const char *)gp + pk32_scales(type, i) + PF;
+	for (int64_t l = 0; l < pk32_pair_bytes(type); l += 64) _mm_prefetch(c + l, _MM_HINT_T1);
 }
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-
-/* PF1 is how far ahead the AVX-512 one-vector tile prefetches Q8_0's codes
- * (eight lines a block and group), and it asks for every other line. In
- * alternating A/B passes over 88 matrices of 5632×2048 on the development
- * machine that streamed 1.4% faster than every line PF ahead while the
- * machine read under 33 GB/s, 3.7% at 33 to 40 and 5.3% (never slower)
- * over 40; the other tiles lost up to 40% with it (they take each group
- * alone), and Q4_0's one-vector tile was level, so they keep prefetch. */
-#define PF1 65536
 
 /* dp adds, to lane m of acc, the four products of unsigned bytes u and
  * signed bytes a in lane m (u*a pairs fit int16 for the callers: u < 16,
@@ -141,25 +118,32 @@ static inline __attribute__((always_inline)) void fifth512(const uint8_t *hb, in
 }
 
 /* tile computes one group (16 rows) for vectors [0, nv) of qx (nb blocks a
- * vector), writing out[v*rows + lane] for the first valid lanes. */
-static inline __attribute__((always_inline)) void tile(uint32_t type, const uint8_t *codes, const uint8_t *ds,
-                                                      int64_t nb, const struct act32 *qx, float *out, int64_t rows,
-                                                      __mmask16 valid, int pf, const int nv) {
+ * vector), writing out[v*rows + lane] for the first valid lanes. A tile of
+ * one or two vectors (a decode step) asks for nothing ahead: a group is
+ * one run of memory, and the hardware prefetcher alone streamed a
+ * 5632×2048 product from memory at 95-97% of kvs_sum64's rate on the
+ * development machine (Q4_0; Q8_0 96-99%), where four groups at a time
+ * sharing each activation broadcast, each asking for its lines PF ahead
+ * (the one-vector tile until then, over the old layout's separate scales),
+ * gave 72-91% (Q8_0 85-93%). From three vectors on it prefetches. */
+static inline __attribute__((always_inline)) void tile(uint32_t type, const uint8_t *gp, int64_t nb,
+                                                      const struct act32 *qx, float *out, int64_t rows, __mmask16 valid,
+                                                      int pf, const int nv) {
 	__m512 acc[NV];
 	for (int v = 0; v < nv; v++) acc[v] = _mm512_setzero_ps();
 	const __m512i m4 = _mm512_set1_epi8(15);
 	const int two = nv < 4; /* two integer chains a vector, for overlap */
 	for (int64_t i = 0; i < nb; i++) {
-		__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ds + 32 * i)));
-		if (pf) prefetch(type, codes, ds, i);
+		__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(gp + pk32_scales(type, i))));
+		if (pf && nv > 2) prefetch(type, gp, i);
 		__m512i s0[NV], s1[NV];
 		for (int v = 0; v < nv; v++) {
 			int32_t off = type != 8 ? -nib_off(type) * qx[v * nb + i].s : -Q8_OFFSET * qx[v * nb + i].s;
 			s0[v] = _mm512_set1_epi32(off);
 			s1[v] = _mm512_setzero_si512();
 		}
+		const uint8_t *c = gp + pk32_codes(type, i);
 		if (type != 8) {
-			const uint8_t *c = codes + code_bytes(type) * i;
 			for (int k = 0; k < 4; k++) {
 				__m512i raw = _mm512_loadu_si512(c + 64 * k);
 				__m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
@@ -174,7 +158,6 @@ static inline __attribute__((always_inline)) void tile(uint32_t type, const uint
 				}
 			}
 		} else {
-			const uint8_t *c = codes + 512 * i;
 			for (int k = 0; k < 8; k++) {
 				__m512i u = _mm512_loadu_si512(c + 64 * k);
 				for (int v = 0; v < nv; v++) {
@@ -196,79 +179,16 @@ static inline __attribute__((always_inline)) void tile(uint32_t type, const uint
 }
 
 
-/* tile1 computes G whole groups (16*G rows) for one vector, the decode
- * step's case: G weight streams share each activation broadcast, which
- * read the weights 5 to 9% faster than one group at a time on the
- * development machine (more independent loads in flight). Per row the
- * arithmetic is tile's (exact integer sums, then the same float steps),
- * so the bits are the same. */
-static inline __attribute__((always_inline)) void tile1(uint32_t type, const uint8_t *c0, int64_t gstride, int64_t nb,
-                                                       const struct act32 *qx, float *out, const int G) {
-	const int64_t cb = code_bytes(type);
-	const __m512i m4 = _mm512_set1_epi8(15);
-	__m512 acc[4];
-	for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
-	for (int64_t i = 0; i < nb; i++) {
-		const int8_t *q = qx[i].q;
-		int32_t off = type != 8 ? -nib_off(type) * qx[i].s : -Q8_OFFSET * qx[i].s;
-		__m512i s0[4], s1[4];
-		for (int g = 0; g < G; g++) {
-			if (type != 8) prefetch(type, c0 + g * gstride, c0 + g * gstride + nb * cb, i);
-			else prefetch_lines(cb, c0 + g * gstride, c0 + g * gstride + nb * cb, i, PF1, 2);
-			s0[g] = _mm512_set1_epi32(off), s1[g] = _mm512_setzero_si512();
-		}
-		if (type != 8) {
-			for (int k = 0; k < 4; k++) {
-				__m512i xl = _mm512_set1_epi32(ld32(q + 4 * k)), xh = _mm512_set1_epi32(ld32(q + 16 + 4 * k));
-				for (int g = 0; g < G; g++) {
-					const uint8_t *c = c0 + g * gstride + cb * i;
-					__m512i raw = _mm512_loadu_si512(c + 64 * k);
-					__m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-					if (type == 6) fifth512(c + 256, k, &lo, &hi);
-					s0[g] = dp(s0[g], lo, xl);
-					s1[g] = dp(s1[g], hi, xh);
-				}
-			}
-		} else {
-			for (int k = 0; k < 8; k += 2) {
-				__m512i x0 = _mm512_set1_epi32(ld32(q + 4 * k)), x1 = _mm512_set1_epi32(ld32(q + 4 * k + 4));
-				for (int g = 0; g < G; g++) {
-					const uint8_t *c = c0 + g * gstride + 512 * i + 64 * k;
-					s0[g] = dp8(s0[g], _mm512_loadu_si512(c), x0);
-					s1[g] = dp8(s1[g], _mm512_loadu_si512(c + 64), x1);
-				}
-			}
-		}
-		__m512 dx = _mm512_set1_ps(qx[i].d);
-		for (int g = 0; g < G; g++) {
-			__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c0 + g * gstride + nb * cb + 32 * i)));
-			acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[g], s1[g])), _mm512_mul_ps(dw, dx)));
-		}
-	}
-	for (int g = 0; g < G; g++) _mm512_storeu_ps(out + 16 * g, acc[g]);
-}
-
-/* groups1 runs tile1 over groups [g, g1) of whole rows, four at a time,
- * then two, and returns the first group it left (at most one). */
-static inline __attribute__((always_inline)) int64_t groups1(uint32_t type, const uint8_t *wp, int64_t nb, int64_t g,
-                                                            int64_t g1, const struct act32 *qx, float *out) {
-	int64_t gs = nb * (code_bytes(type) + 32);
-	for (; g + 4 <= g1; g += 4) tile1(type, wp + g * gs, gs, nb, qx, out + g * PR, 4);
-	if (g + 2 <= g1) tile1(type, wp + g * gs, gs, nb, qx, out + g * PR, 2), g += 2;
-	return g;
-}
-#define HAVE_TILE1 1
 static inline __attribute__((always_inline)) void packed_group(uint32_t type, const uint8_t *wp, int64_t rows, int64_t nb, int64_t g,
                          const struct act32 *qx, int64_t n, float *out) {
-	int64_t cb = code_bytes(type);
-	const uint8_t *codes = wp + g * nb * (cb + 32), *ds = codes + nb * cb;
+	const uint8_t *gp = wp + g * pk32_group_bytes(type, nb);
 	int64_t left = rows - g * PR;
 	__mmask16 valid = left >= PR ? 0xffff : (__mmask16)((1u << left) - 1);
 	float *o = out + g * PR;
 	for (int64_t v0 = 0; v0 < n; v0 += NV) {
 		const struct act32 *a = qx + v0 * nb;
 		float *ov = o + v0 * rows;
-#define T(NVC) tile(type, codes, ds, nb, a, ov, rows, valid, v0 == 0, NVC)
+#define T(NVC) tile(type, gp, nb, a, ov, rows, valid, v0 == 0, NVC)
 		KVS_TILES(n - v0, T)
 #undef T
 	}
@@ -297,19 +217,20 @@ static inline __m256i dp8(__m256i acc, __m256i u, __m256i a) {
 	                                               _mm256_set1_epi16(1)));
 }
 
-static inline __attribute__((always_inline)) void tile(uint32_t type, const uint8_t *codes, const uint8_t *ds,
-                                                      int64_t nb, const struct act32 *qx, float *out, int64_t rows,
-                                                      int valid, int pf, const int nv) {
+/* tile computes half h (rows 8h..8h+7) of group gp for vectors [0, nv). */
+static inline __attribute__((always_inline)) void tile(uint32_t type, const uint8_t *gp, int h, int64_t nb,
+                                                      const struct act32 *qx, float *out, int64_t rows, int valid,
+                                                      int pf, const int nv) {
 	__m256 acc[NV];
 	for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
 	const __m256i m4 = _mm256_set1_epi8(15);
 	for (int64_t i = 0; i < nb; i++) {
-		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ds + 32 * i)));
-		if (pf) prefetch(type, codes, ds, i);
+		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + pk32_scales(type, i) + 16 * h)));
+		if (pf) prefetch(type, gp, i);
 		__m256i s0[NV];
 		for (int v = 0; v < nv; v++) s0[v] = _mm256_set1_epi32(type != 8 ? -nib_off(type) * qx[v * nb + i].s : 0);
+		const uint8_t *c = gp + pk32_codes(type, i) + 32 * h;
 		if (type != 8) {
-			const uint8_t *c = codes + code_bytes(type) * i;
 			for (int k = 0; k < 4; k++) {
 				__m256i raw = _mm256_loadu_si256((const __m256i *)(c + 64 * k));
 				__m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
@@ -321,7 +242,6 @@ static inline __attribute__((always_inline)) void tile(uint32_t type, const uint
 				}
 			}
 		} else {
-			const uint8_t *c = codes + 512 * i;
 			for (int k = 0; k < 8; k++) {
 				__m256i u = _mm256_loadu_si256((const __m256i *)(c + 64 * k));
 				for (int v = 0; v < nv; v++) s0[v] = dp8(s0[v], u, _mm256_set1_epi32(ld32(qx[v * nb + i].q + 4 * k)));
@@ -350,17 +270,17 @@ static inline __attribute__((always_inline)) void tile(uint32_t type, const uint
  * from 31-35 to 41-45 tokens/s, Q8_0 from about 20 to 22-23 (llama.cpp's
  * Haswell build there: 34-41 and 24-27). G = 2: sixteen registers hold no
  * more. The bits are tile's. */
-static inline __attribute__((always_inline)) void tile1(uint32_t type, const uint8_t *c0, int64_t gstride, int64_t nb,
+static inline __attribute__((always_inline)) void tile1(uint32_t type, const uint8_t *g0, int64_t gstride, int64_t nb,
                                                        const struct act32 *qx, float *out, const int G) {
-	const int64_t cb = code_bytes(type);
 	const __m256i m4 = _mm256_set1_epi8(15);
 	__m256 acc[2][2];
 	for (int g = 0; g < G; g++) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		const int8_t *q = qx[i].q;
+		const int64_t co = pk32_codes(type, i);
 		__m256i s[2][2];
 		for (int g = 0; g < G; g++) {
-			prefetch(type, c0 + g * gstride, c0 + g * gstride + nb * cb, i);
+			prefetch(type, g0 + g * gstride, i);
 			s[g][0] = s[g][1] = _mm256_set1_epi32(type != 8 ? -nib_off(type) * qx[i].s : 0);
 		}
 		if (type != 8) {
@@ -368,7 +288,7 @@ static inline __attribute__((always_inline)) void tile1(uint32_t type, const uin
 				__m256i xl = _mm256_set1_epi32(ld32(q + 4 * k)), xh = _mm256_set1_epi32(ld32(q + 16 + 4 * k));
 				for (int g = 0; g < G; g++)
 					for (int h = 0; h < 2; h++) {
-						const uint8_t *c = c0 + g * gstride + cb * i + 32 * h;
+						const uint8_t *c = g0 + g * gstride + co + 32 * h;
 						__m256i raw = _mm256_loadu_si256((const __m256i *)(c + 64 * k));
 						__m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
 						if (type == 6) fifth256(c + 256, k, &lo, &hi);
@@ -381,13 +301,13 @@ static inline __attribute__((always_inline)) void tile1(uint32_t type, const uin
 				__m256i x = _mm256_set1_epi32(ld32(q + 4 * k));
 				for (int g = 0; g < G; g++)
 					for (int h = 0; h < 2; h++)
-						s[g][h] = dp8(s[g][h], _mm256_loadu_si256((const __m256i *)(c0 + g * gstride + 512 * i + 64 * k + 32 * h)), x);
+						s[g][h] = dp8(s[g][h], _mm256_loadu_si256((const __m256i *)(g0 + g * gstride + co + 64 * k + 32 * h)), x);
 			}
 		}
 		__m256 dx = _mm256_set1_ps(qx[i].d);
 		for (int g = 0; g < G; g++)
 			for (int h = 0; h < 2; h++) {
-				__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(c0 + g * gstride + nb * cb + 32 * i + 16 * h)));
+				__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g0 + g * gstride + pk32_scales(type, i) + 16 * h)));
 				acc[g][h] = _mm256_add_ps(acc[g][h], _mm256_mul_ps(_mm256_cvtepi32_ps(s[g][h]), _mm256_mul_ps(dw, dx)));
 			}
 	}
@@ -399,7 +319,7 @@ static inline __attribute__((always_inline)) void tile1(uint32_t type, const uin
  * and returns the first group it left (at most one). */
 static inline __attribute__((always_inline)) int64_t groups1(uint32_t type, const uint8_t *wp, int64_t nb, int64_t g,
                                                             int64_t g1, const struct act32 *qx, float *out) {
-	int64_t gs = nb * (code_bytes(type) + 32);
+	int64_t gs = pk32_group_bytes(type, nb);
 	for (; g + 2 <= g1; g += 2) tile1(type, wp + g * gs, gs, nb, qx, out + g * PR, 2);
 	return g;
 }
@@ -407,8 +327,7 @@ static inline __attribute__((always_inline)) int64_t groups1(uint32_t type, cons
 
 static inline __attribute__((always_inline)) void packed_group(uint32_t type, const uint8_t *wp, int64_t rows, int64_t nb, int64_t g,
                          const struct act32 *qx, int64_t n, float *out) {
-	int64_t cb = code_bytes(type);
-	const uint8_t *codes = wp + g * nb * (cb + 32), *ds = codes + nb * cb;
+	const uint8_t *gp = wp + g * pk32_group_bytes(type, nb);
 	for (int h = 0; h < 2; h++) {
 		int64_t left = rows - g * PR - 8 * h;
 		if (left <= 0) break;
@@ -417,7 +336,7 @@ static inline __attribute__((always_inline)) void packed_group(uint32_t type, co
 		for (int64_t v0 = 0; v0 < n; v0 += NV) {
 			const struct act32 *a = qx + v0 * nb;
 			float *ov = o + v0 * rows;
-#define T(NVC) tile(type, codes + 32 * h, ds + 16 * h, nb, a, ov, rows, valid, v0 == 0 && h == 0, NVC)
+#define T(NVC) tile(type, gp, h, nb, a, ov, rows, valid, v0 == 0 && h == 0, NVC)
 			KVS_TILES(n - v0, T)
 #undef T
 		}

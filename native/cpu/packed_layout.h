@@ -6,9 +6,21 @@
 
 #include <stdint.h>
 
-/* 32-element types (Q4_0, Q5_0, Q8_0): a group holds nb blocks of code
- * bytes (pk32_code_bytes each), then nb blocks of 16 f16 scales (32 bytes). */
+/* 32-element types (Q4_0, Q5_0, Q8_0): a group holds its nb blocks in
+ * pairs, one after another: a line of both blocks' 16 f16 scales (32 bytes
+ * a block), then both blocks' code bytes (pk32_code_bytes each); an odd
+ * last block is a pair of its own, the second half of its scale line
+ * zero. So a group is read front to back, one run of memory. */
 static inline int64_t pk32_code_bytes(uint32_t type) { return type == 2 ? 256 : type == 6 ? 320 : 512; }
+static inline int64_t pk32_pair_bytes(uint32_t t) { return 64 + 2 * pk32_code_bytes(t); }
+/* pk32_group_bytes is a group's bytes for nb blocks a row. */
+static inline int64_t pk32_group_bytes(uint32_t t, int64_t nb) {
+	return nb / 2 * pk32_pair_bytes(t) + nb % 2 * (64 + pk32_code_bytes(t));
+}
+/* pk32_codes and pk32_scales are where block i's codes and scales start
+ * in its group. */
+static inline int64_t pk32_codes(uint32_t t, int64_t i) { return i / 2 * pk32_pair_bytes(t) + 64 + i % 2 * pk32_code_bytes(t); }
+static inline int64_t pk32_scales(uint32_t t, int64_t i) { return i / 2 * pk32_pair_bytes(t) + 32 * (i % 2); }
 
 /* K-quants (Q4_K 12, Q5_K 13, Q6_K 14): a group holds nb blocks of
  * pkk_block_bytes each, one after another. A block is read front to back:

@@ -118,7 +118,7 @@ static void pack32(uint32_t t, const uint8_t *b, int r, uint8_t *c, uint8_t *ds)
 /* pk_group_bytes returns one packed group's bytes for nb blocks a row. */
 static int64_t pk_group_bytes(uint32_t t, int64_t cols) {
 	if (t >= 12 && t <= 14) return cols / 256 * pkk_block_bytes(t);
-	return cols / 32 * (pk32_code_bytes(t) + 32);
+	return pk32_group_bytes(t, cols / 32);
 }
 
 int64_t kvs_packed_bytes(uint32_t type, int64_t rows, int64_t cols) {
@@ -136,17 +136,18 @@ void kvs_pack_group(uint32_t type, int64_t rows, int64_t cols, int64_t g, const 
 void kvs_pack_group(uint32_t type, int64_t rows, int64_t cols, int64_t g, const uint8_t *w, uint8_t *gp) {
 	int64_t rb = kvs_row_bytes(type, cols), gb = pk_group_bytes(type, cols);
 	/* every byte a row owns is written below but Q5_0's fifth bits (or-ed
-	 * in) and Q6_K's padding; a partial group's missing rows stay zero */
-	if (type == 6 || type == 14 || rows - g * PR < PR) memset(gp, 0, (size_t)gb);
+	 * in); Q6_K's padding, an odd last pair's unused scales and a partial
+	 * group's missing rows stay zero */
 	int k = type >= 12;
 	int64_t bs = k ? 256 : 32, nb = cols / bs, fb = rb / nb;
+	if (type == 6 || type == 14 || rows - g * PR < PR || (!k && nb % 2)) memset(gp, 0, (size_t)gb);
 	for (int r = 0; r < PR && g * PR + r < rows; r++) {
 		const uint8_t *row = w + r * rb;
 		for (int64_t i = 0; i < nb; i++) {
 			if (k)
 				pack_k(type, row + i * fb, r, gp + i * pkk_block_bytes(type));
 			else
-				pack32(type, row + i * fb, r, gp + i * pk32_code_bytes(type), gp + nb * pk32_code_bytes(type) + 32 * i);
+				pack32(type, row + i * fb, r, gp + pk32_codes(type, i), gp + pk32_scales(type, i));
 		}
 	}
 }

@@ -189,11 +189,13 @@ KVS_API int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols,
 
 /*
  * The packed layout of Q4_0, Q5_0 and Q8_0 weights: groups of KVS_PACK_ROWS rows
- * (the last padded with zero rows), group g at g*nb*(cb+32) bytes, nb =
- * cols/32 blocks, cb = 256 code bytes a block for Q4_0, 320 for Q5_0 and
- * 512 for Q8_0.
- * A group holds nb blocks of cb code bytes, then nb blocks of 16 f16 scales
- * (row r's d at byte 2r of its 32). Block i's code bytes are chunks of 64
+ * (the last padded with zero rows), nb = cols/32 blocks a row, cb = 256 code
+ * bytes a block for Q4_0, 320 for Q5_0 and 512 for Q8_0. A group holds its
+ * blocks in pairs of 64 + 2*cb bytes, one after another (an odd last block
+ * a pair of 64 + cb): first 64 bytes of scales, 16 f16 a block (row r's d
+ * at byte 2r of its block's 32; an odd last block's second 32 zero), then
+ * both blocks' code bytes; group g starts at g times a group's bytes.
+ * Block i's code bytes are chunks of 64
  * (4 for Q4_0, 8 for Q8_0): byte 4r+j of chunk k is row r's qs[4k+j] (Q4_0:
  * elements 4k+j in the low nibble and 16+4k+j in the high one) or qs[4k+j]
  * + 128 (Q8_0, as unsigned). So one vector register of 16 int32 lanes takes
