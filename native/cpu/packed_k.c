@@ -99,22 +99,26 @@ static inline __m512i kdp(__m512i acc, __m512i u, __m512i a) {
 }
 
 /* kblock adds block b's products with vectors a[0], a[nb], ... (nv of them)
- * to acc. */
+ * to acc. A run's sums go into ch chains a vector and nibble, chunk c into
+ * chain c % ch, added at the run's end: runs of eight chunks (Q4_K, Q5_K)
+ * for one or two vectors take two, so that no chain is more than four
+ * vpdpbusd long (in cache, a Q4_K product waited on those chains). */
 static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8_t *b, const struct act256 *a,
                                                         int64_t nb, __m512 *acc, const int nv) {
 	const __m512i m4 = _mm512_set1_epi8(15);
-	const int runs = t == 14 ? 8 : 4, len = 32 / runs;
+	const int runs = t == 14 ? 8 : 4, len = 32 / runs, ch = len >= 8 && nv <= 2 ? 2 : 1;
 	__m512i isum[4];
 	for (int v = 0; v < nv; v++) isum[v] = _mm512_setzero_si512();
 	for (int u = 0; u < runs; u++) {
-		__m512i tl[4], th[4];
+		__m512i tl[2][4], th[2][4];
 		for (int v = 0; v < nv; v++) {
 			if (t == 14) {
-				tl[v] = _mm512_set1_epi32(-32 * a[v * nb].bsums[u]);
-				th[v] = _mm512_set1_epi32(-32 * a[v * nb].bsums[u + 8]);
+				tl[0][v] = _mm512_set1_epi32(-32 * a[v * nb].bsums[u]);
+				th[0][v] = _mm512_set1_epi32(-32 * a[v * nb].bsums[u + 8]);
 			} else {
-				tl[v] = th[v] = _mm512_setzero_si512();
+				tl[0][v] = th[0][v] = _mm512_setzero_si512();
 			}
+			tl[1][v] = th[1][v] = _mm512_setzero_si512();
 		}
 		for (int c = 0; c < len; c++) {
 			const int k = u * len + c;
@@ -137,17 +141,20 @@ static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8
 			}
 			for (int v = 0; v < nv; v++) {
 				const int8_t *q = a[v * nb].q;
-				tl[v] = kdp(tl[v], lo, _mm512_set1_epi32(ld32k(q + 4 * k)));
-				th[v] = kdp(th[v], hi, _mm512_set1_epi32(ld32k(q + 128 + 4 * k)));
+				tl[c % ch][v] = kdp(tl[c % ch][v], lo, _mm512_set1_epi32(ld32k(q + 4 * k)));
+				th[c % ch][v] = kdp(th[c % ch][v], hi, _mm512_set1_epi32(ld32k(q + 128 + 4 * k)));
 			}
 		}
+		if (ch == 2)
+			for (int v = 0; v < nv; v++)
+				tl[0][v] = _mm512_add_epi32(tl[0][v], tl[1][v]), th[0][v] = _mm512_add_epi32(th[0][v], th[1][v]);
 		const uint8_t *sc = b + pkk_scales(t);
 		__m128i sl = _mm_loadu_si128((const __m128i *)(sc + 16 * u)),
 		        sh = _mm_loadu_si128((const __m128i *)(sc + 16 * (u + runs)));
 		__m512i scl = t == 14 ? _mm512_cvtepi8_epi32(sl) : _mm512_cvtepu8_epi32(sl);
 		__m512i sch = t == 14 ? _mm512_cvtepi8_epi32(sh) : _mm512_cvtepu8_epi32(sh);
 		for (int v = 0; v < nv; v++)
-			isum[v] = _mm512_add_epi32(isum[v], _mm512_add_epi32(_mm512_mullo_epi32(tl[v], scl), _mm512_mullo_epi32(th[v], sch)));
+			isum[v] = _mm512_add_epi32(isum[v], _mm512_add_epi32(_mm512_mullo_epi32(tl[0][v], scl), _mm512_mullo_epi32(th[0][v], sch)));
 	}
 	__m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + pkk_d(t))));
 	if (t == 14) {
