@@ -70,9 +70,23 @@ func TestBenchSpeedTable(t *testing.T) {
 				for len(rows) > 0 && strings.HasPrefix(rows[len(rows)-1], "cold start") {
 					rows = rows[:len(rows)-1] // under go test: not run, no kvscope binary
 				}
+				var shares []string // one sequence's decode against the bandwidth measured beside it
+				for len(rows) > 0 && strings.Contains(rows[len(rows)-1], "of the rate the read bandwidth measured just before and after it allows") {
+					shares = append([]string{rows[len(rows)-1]}, shares...)
+					rows = rows[:len(rows)-1]
+				}
 				if strings.HasPrefix(rows[len(rows)-1], "llama.cpp failed") {
 					t.Logf("%s", rows[len(rows)-1]) // its lost-log bug; the table is still whole
 					rows = rows[:len(rows)-1]
+				}
+				if len(shares) != 2 || !strings.HasPrefix(shares[0], speedRowNames[1]+": ") || !strings.HasPrefix(shares[1], speedRowNames[2]+": ") {
+					t.Errorf("want the shares of the read rate beside the two single-sequence decode tests, got %q", shares)
+				}
+				for _, sh := range shares {
+					pct := strings.Fields(sh[strings.Index(sh, ": ")+2:])[0]
+					if v, err := strconv.ParseFloat(strings.TrimSuffix(pct, "%"), 64); err != nil || v <= 0 {
+						t.Errorf("%q: the share %q is not a positive percentage", sh, pct)
+					}
 				}
 				if len(rows) != len(speedRowNames) {
 					t.Fatalf("%d rows, want %d:\n%s", len(rows), len(speedRowNames), tbl)
@@ -120,16 +134,18 @@ func TestRunCold(t *testing.T) {
 	}
 }
 
-// TestBestRows checks that rounds keep each engine's best figure per row,
-// and every round's ratio, whose median the table shows.
+// TestBestRows checks that rounds keep each engine's best figure per row
+// (kvscope's with the share of the read rate beside that round's test),
+// and every round's ratio and share, whose medians the table shows.
 func TestBestRows(t *testing.T) {
-	a := []speedRow{{test: "x", ours: 3, theirs: 5, limit: 9, ratios: []float64{0.6}}, {test: "y", ours: 2}}
-	b := []speedRow{{test: "x", ours: 4, theirs: 1, limit: 9, ratios: []float64{4}}, {test: "y", ours: 1}}
-	c := []speedRow{{test: "x", ours: 1, theirs: 1, limit: 9, ratios: []float64{1}}, {test: "y", ours: 1}}
+	a := []speedRow{{test: "x", ours: 3, theirs: 5, limit: 9, ratios: []float64{0.6}}, {test: "y", ours: 2, besideBW: 5, share: 0.7, shares: []float64{0.7}}}
+	b := []speedRow{{test: "x", ours: 4, theirs: 1, limit: 9, ratios: []float64{4}}, {test: "y", ours: 1, besideBW: 2, share: 0.9, shares: []float64{0.9}}}
+	c := []speedRow{{test: "x", ours: 1, theirs: 1, limit: 9, ratios: []float64{1}}, {test: "y", ours: 1, besideBW: 1, share: 0.95, shares: []float64{0.95}}}
 	got := bestRows(bestRows(bestRows(nil, a), b), c)
-	want := []speedRow{{test: "x", ours: 4, theirs: 5, limit: 9, ratios: []float64{0.6, 4, 1}}, {test: "y", ours: 2}}
+	want := []speedRow{{test: "x", ours: 4, theirs: 5, limit: 9, ratios: []float64{0.6, 4, 1}}, {test: "y", ours: 2, besideBW: 5, share: 0.7, shares: []float64{0.7, 0.9, 0.95}}}
 	same := func(p, q speedRow) bool {
-		return p.test == q.test && p.ours == q.ours && p.theirs == q.theirs && p.limit == q.limit && slices.Equal(p.ratios, q.ratios)
+		return p.test == q.test && p.ours == q.ours && p.theirs == q.theirs && p.limit == q.limit && slices.Equal(p.ratios, q.ratios) &&
+			p.besideBW == q.besideBW && p.share == q.share && slices.Equal(p.shares, q.shares)
 	}
 	if !slices.EqualFunc(got, want, same) {
 		t.Errorf("got %+v, want %+v", got, want)

@@ -110,9 +110,14 @@ func runSpeed(o speedOpts, out io.Writer) error {
 			peer = usable
 		}
 	}
-	measure, how := bandwidthProbe()
-	bw := measure()
-	fmt.Fprintf(out, "machine: %d threads; read bandwidth measured %.1f GB/s (%s; measured again before each round and after the last, the limits below use the best)\n", o.threads, bw/1e9, how)
+	probe, how := bandwidthProbe()
+	bw := 0.0
+	measure := func() float64 { // every measurement counts towards the best
+		v := probe()
+		bw = max(bw, v)
+		return v
+	}
+	fmt.Fprintf(out, "machine: %d threads; read bandwidth measured %.1f GB/s (%s; measured again before each round, before and after each single-sequence decode test, and after the last round: the limits below use the best)\n", o.threads, measure()/1e9, how)
 	_, note, err := native.Choose(o.backend)
 	if err != nil {
 		return err
@@ -141,7 +146,7 @@ func runSpeed(o speedOpts, out io.Writer) error {
 		cold := newColdRuns(path, o, peer)
 		for round := range max(o.rounds, 1) {
 			if round > 0 {
-				bw = max(bw, measure())
+				measure()
 			}
 			var theirs map[string]float64
 			peerRun := func() {
@@ -157,7 +162,7 @@ func runSpeed(o speedOpts, out io.Writer) error {
 			if round%2 == 1 {
 				peerRun()
 			}
-			r, w, err := ourSpeed(path, o, 1)
+			r, w, err := ourSpeed(path, o, measure)
 			if err != nil {
 				return err
 			}
@@ -174,9 +179,10 @@ func runSpeed(o speedOpts, out io.Writer) error {
 			rows, weights = bestRows(rows, r), w
 		}
 		// The limits follow the best bandwidth measured (before each
-		// round and after the last), as the figures are each test's best
-		// round: ourSpeed gives them per byte a second.
-		bw = max(bw, measure())
+		// round, beside each single-sequence decode and after the last),
+		// as the figures are each test's best round: ourSpeed gives them
+		// per byte a second.
+		measure()
 		for i := range rows {
 			rows[i].limit *= bw
 		}
@@ -210,15 +216,20 @@ func prefillOf(rows []speedRow, p int) float64 {
 }
 
 // bestRows returns each row of b with the better figures of a's row (a
-// nil: b itself): the best round of each engine, and every round's ratio.
+// nil: b itself): the best round of each engine (with kvscope's share of
+// the read rate beside that round's test), and every round's ratio and
+// share.
 func bestRows(a, b []speedRow) []speedRow {
 	if a == nil {
 		return b
 	}
 	for i := range b {
-		b[i].ours = max(b[i].ours, a[i].ours)
+		if a[i].ours > b[i].ours {
+			b[i].ours, b[i].share, b[i].besideBW = a[i].ours, a[i].share, a[i].besideBW
+		}
 		b[i].theirs = max(b[i].theirs, a[i].theirs)
 		b[i].ratios = append(a[i].ratios, b[i].ratios...)
+		b[i].shares = append(a[i].shares, b[i].shares...)
 	}
 	return b
 }
@@ -231,6 +242,11 @@ type speedRow struct {
 	limit        float64
 	ratios       []float64 // kvscope's rate over llama.cpp's in each round both ran
 	skipped      string    // why the test did not run, if it did not
+	// For one sequence's decode: the read bandwidth measured just before
+	// and after the test (the higher), in bytes a second, and kvscope's
+	// rate over the rate it allows, for the best round, and each round's.
+	besideBW, share float64
+	shares          []float64
 }
 
 // median returns the median of x (the mean of the middle two for an even
@@ -281,6 +297,12 @@ func writeSpeedTable(out io.Writer, rows []speedRow, peer bool) error {
 			fmt.Fprintf(out, "%s: not run: %s\n", r.test, r.skipped)
 		}
 	}
+	for _, r := range rows {
+		if r.share > 0 {
+			fmt.Fprintf(out, "%s: %.0f%% of the rate the read bandwidth measured just before and after it allows (%.1f GB/s, %.1f tokens/s); rounds' median %.0f%%\n",
+				r.test, 100*r.share, r.besideBW/1e9, r.ours/r.share, 100*median(r.shares))
+		}
+	}
 	return nil
 }
 
@@ -318,8 +340,10 @@ func benchModel(path, be string) (*model.Model, error) {
 // ourSpeed runs kvscope's tests on the model file: raw forward passes as
 // llama-bench and llama-batched-bench time them (no sampling), on K/V
 // blocks in the engine's default layout. It returns the rows and the bytes
-// of weights one step reads; the rows' limits assume bw bytes a second.
-func ourSpeed(path string, o speedOpts, bw float64) ([]speedRow, int64, error) {
+// of weights one step reads; the rows' limits assume one byte a second,
+// and single-sequence decode rows hold their share of the rate that the
+// read bandwidth measure gives just before and after them allows.
+func ourSpeed(path string, o speedOpts, measure func() float64) ([]speedRow, int64, error) {
 	m, err := benchModel(path, o.backend)
 	if err != nil {
 		return nil, 0, err
@@ -328,12 +352,20 @@ func ourSpeed(path string, o speedOpts, bw float64) ([]speedRow, int64, error) {
 	weights := weightBytes(m)
 	cc := engine.DefaultConfig().Cache
 	bs := cc.BlockSize
-	// limit is the decode rate of n sequences at context ctx that the
-	// read bandwidth allows: each step reads the weights once and every
-	// sequence's K/V.
+	// limit is the decode rate of n sequences at context ctx that a read
+	// bandwidth of one byte a second allows: each step reads the weights
+	// once and every sequence's K/V.
 	limit := func(p kvstore.Precision, n, ctx int) float64 {
 		kv := kvstore.BytesPerToken(m.CacheConfig(bs, 1, p, p)) * float64(ctx)
-		return float64(n) * bw / (float64(weights) + float64(n)*kv)
+		return float64(n) / (float64(weights) + float64(n)*kv)
+	}
+	// beside sets row's share of the rate that the read bandwidth allows
+	// in the minutes of its test (measured before it, bw0, and after: the
+	// higher), the machine's bandwidth swinging from minute to minute.
+	beside := func(row *speedRow, bw0 float64) {
+		row.besideBW = max(bw0, measure())
+		row.share = row.ours / (row.limit * row.besideBW)
+		row.shares = []float64{row.share}
 	}
 	var rows []speedRow
 
@@ -378,6 +410,7 @@ func ourSpeed(path string, o speedOpts, bw float64) ([]speedRow, int64, error) {
 	// Decode of one sequence from an empty context, as llama-bench's tg
 	// test: one token a step, with logits.
 	rates = rates[:0]
+	bw0 := measure()
 	for rep := range o.reps + 1 {
 		var total time.Duration
 		t := table(0, per)
@@ -398,6 +431,7 @@ func ourSpeed(path string, o speedOpts, bw float64) ([]speedRow, int64, error) {
 		}
 	}
 	rows = append(rows, speedRow{test: tgTest(o.gen), ours: mean(rates), limit: limit(cc.K, 1, o.gen/2)})
+	beside(&rows[len(rows)-1], bw0)
 
 	// Batched decode, as llama-batched-bench's: pl sequences, each with a
 	// prompt's K/V in the cache (copies of the template block), decode
@@ -409,6 +443,10 @@ func ourSpeed(path string, o speedOpts, bw float64) ([]speedRow, int64, error) {
 			}
 		}
 		var total time.Duration
+		bw0 := 0.0
+		if pl == 1 {
+			bw0 = measure()
+		}
 		for g := range o.batchTG {
 			var b model.Batch
 			for s := range pl {
@@ -422,6 +460,9 @@ func ourSpeed(path string, o speedOpts, bw float64) ([]speedRow, int64, error) {
 		}
 		rows = append(rows, speedRow{test: batchTest(pl, o.prompt), ours: float64(pl*o.batchTG) / total.Seconds(),
 			limit: limit(cc.K, pl, o.prompt+o.batchTG/2)})
+		if pl == 1 {
+			beside(&rows[len(rows)-1], bw0)
+		}
 	}
 
 	// Decode at a long context in each K/V precision: the context's blocks
