@@ -71,7 +71,7 @@ func TestBenchSpeedTable(t *testing.T) {
 					rows = rows[:len(rows)-1] // under go test: not run, no kvscope binary
 				}
 				var shares []string // one sequence's decode against the bandwidth measured beside it
-				for len(rows) > 0 && strings.Contains(rows[len(rows)-1], "of the rate the read bandwidth measured just before and after it allows") {
+				for len(rows) > 0 && strings.Contains(rows[len(rows)-1], "of the rate that the read bandwidth of the same seconds allows") {
 					shares = append([]string{rows[len(rows)-1]}, shares...)
 					rows = rows[:len(rows)-1]
 				}

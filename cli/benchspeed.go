@@ -112,12 +112,19 @@ func runSpeed(o speedOpts, out io.Writer) error {
 	}
 	probe, how := bandwidthProbe()
 	bw := 0.0
-	measure := func() float64 { // every measurement counts towards the best
+	pass := func() float64 { // every pass counts towards the best
 		v := probe()
 		bw = max(bw, v)
 		return v
 	}
-	fmt.Fprintf(out, "machine: %d threads; read bandwidth measured %.1f GB/s (%s; measured again before each round, before and after each single-sequence decode test, and after the last round: the limits below use the best)\n", o.threads, measure()/1e9, how)
+	measure := func() float64 { // the best of five passes
+		v := 0.0
+		for range 5 {
+			v = max(v, pass())
+		}
+		return v
+	}
+	fmt.Fprintf(out, "machine: %d threads; read bandwidth measured %.1f GB/s (%s, the best of 5 passes; measured again before each round, between the steps of each single-sequence decode test, and after the last round: the limits below use the best pass)\n", o.threads, measure()/1e9, how)
 	_, note, err := native.Choose(o.backend)
 	if err != nil {
 		return err
@@ -162,7 +169,7 @@ func runSpeed(o speedOpts, out io.Writer) error {
 			if round%2 == 1 {
 				peerRun()
 			}
-			r, w, err := ourSpeed(path, o, measure)
+			r, w, err := ourSpeed(path, o, pass)
 			if err != nil {
 				return err
 			}
@@ -179,7 +186,7 @@ func runSpeed(o speedOpts, out io.Writer) error {
 			rows, weights = bestRows(rows, r), w
 		}
 		// The limits follow the best bandwidth measured (before each
-		// round, beside each single-sequence decode and after the last),
+		// round, within each single-sequence decode and after the last),
 		// as the figures are each test's best round: ourSpeed gives them
 		// per byte a second.
 		measure()
@@ -242,9 +249,9 @@ type speedRow struct {
 	limit        float64
 	ratios       []float64 // kvscope's rate over llama.cpp's in each round both ran
 	skipped      string    // why the test did not run, if it did not
-	// For one sequence's decode: the read bandwidth measured just before
-	// and after the test (the higher), in bytes a second, and kvscope's
-	// rate over the rate it allows, for the best round, and each round's.
+	// For one sequence's decode: the mean read bandwidth of passes run
+	// between its steps, in bytes a second, and kvscope's rate over the
+	// rate it allows, for the best round, and each round's.
 	besideBW, share float64
 	shares          []float64
 }
@@ -299,7 +306,7 @@ func writeSpeedTable(out io.Writer, rows []speedRow, peer bool) error {
 	}
 	for _, r := range rows {
 		if r.share > 0 {
-			fmt.Fprintf(out, "%s: %.0f%% of the rate the read bandwidth measured just before and after it allows (%.1f GB/s, %.1f tokens/s); rounds' median %.0f%%\n",
+			fmt.Fprintf(out, "%s: %.0f%% of the rate that the read bandwidth of the same seconds allows (a pass of the read probe after each step: %.1f GB/s on average, %.1f tokens/s); rounds' median %.0f%%\n",
 				r.test, 100*r.share, r.besideBW/1e9, r.ours/r.share, 100*median(r.shares))
 		}
 	}
@@ -342,8 +349,11 @@ func benchModel(path, be string) (*model.Model, error) {
 // blocks in the engine's default layout. It returns the rows and the bytes
 // of weights one step reads; the rows' limits assume one byte a second,
 // and single-sequence decode rows hold their share of the rate that the
-// read bandwidth measure gives just before and after them allows.
-func ourSpeed(path string, o speedOpts, measure func() float64) ([]speedRow, int64, error) {
+// read bandwidth of the same seconds allows: a pass of the read probe
+// (pass) after each of their timed steps, untimed. The machine's
+// bandwidth swings between about 33 and 60 GB/s in spells of a second or
+// more, so that a limit from other seconds says little about a decode.
+func ourSpeed(path string, o speedOpts, pass func() float64) ([]speedRow, int64, error) {
 	m, err := benchModel(path, o.backend)
 	if err != nil {
 		return nil, 0, err
@@ -359,11 +369,14 @@ func ourSpeed(path string, o speedOpts, measure func() float64) ([]speedRow, int
 		kv := kvstore.BytesPerToken(m.CacheConfig(bs, 1, p, p)) * float64(ctx)
 		return float64(n) / (float64(weights) + float64(n)*kv)
 	}
-	// beside sets row's share of the rate that the read bandwidth allows
-	// in the minutes of its test (measured before it, bw0, and after: the
-	// higher), the machine's bandwidth swinging from minute to minute.
-	beside := func(row *speedRow, bw0 float64) {
-		row.besideBW = max(bw0, measure())
+	// within sets row's share of the rate that the mean bandwidth of the
+	// passes in (run between its steps) allows.
+	within := func(row *speedRow, in []float64) {
+		inv := 0.0 // passes read equal bytes: the mean rate is the harmonic mean
+		for _, v := range in {
+			inv += 1 / v
+		}
+		row.besideBW = float64(len(in)) / inv
 		row.share = row.ours / (row.limit * row.besideBW)
 		row.shares = []float64{row.share}
 	}
@@ -410,7 +423,7 @@ func ourSpeed(path string, o speedOpts, measure func() float64) ([]speedRow, int
 	// Decode of one sequence from an empty context, as llama-bench's tg
 	// test: one token a step, with logits.
 	rates = rates[:0]
-	bw0 := measure()
+	var in []float64
 	for rep := range o.reps + 1 {
 		var total time.Duration
 		t := table(0, per)
@@ -425,13 +438,14 @@ func ourSpeed(path string, o speedOpts, measure func() float64) ([]speedRow, int
 			if rep == 0 {
 				break // the untimed run: one step
 			}
+			in = append(in, pass())
 		}
 		if rep > 0 {
 			rates = append(rates, float64(o.gen)/total.Seconds())
 		}
 	}
 	rows = append(rows, speedRow{test: tgTest(o.gen), ours: mean(rates), limit: limit(cc.K, 1, o.gen/2)})
-	beside(&rows[len(rows)-1], bw0)
+	within(&rows[len(rows)-1], in)
 
 	// Batched decode, as llama-batched-bench's: pl sequences, each with a
 	// prompt's K/V in the cache (copies of the template block), decode
@@ -443,10 +457,7 @@ func ourSpeed(path string, o speedOpts, measure func() float64) ([]speedRow, int
 			}
 		}
 		var total time.Duration
-		bw0 := 0.0
-		if pl == 1 {
-			bw0 = measure()
-		}
+		in = in[:0]
 		for g := range o.batchTG {
 			var b model.Batch
 			for s := range pl {
@@ -457,11 +468,14 @@ func ourSpeed(path string, o speedOpts, measure func() float64) ([]speedRow, int
 				return nil, 0, err
 			}
 			total += d
+			if pl == 1 {
+				in = append(in, pass())
+			}
 		}
 		rows = append(rows, speedRow{test: batchTest(pl, o.prompt), ours: float64(pl*o.batchTG) / total.Seconds(),
 			limit: limit(cc.K, pl, o.prompt+o.batchTG/2)})
 		if pl == 1 {
-			beside(&rows[len(rows)-1], bw0)
+			within(&rows[len(rows)-1], in)
 		}
 	}
 
@@ -550,52 +564,47 @@ func weightBytes(m *model.Model) int64 {
 	return n
 }
 
-// bandwidthProbe returns a measure of how fast all threads together can
-// read memory, in bytes per second, summing a buffer much larger than the
-// caches (allocated once: the bench measures again between rounds), and
-// says with what: the native library's SIMD loads where it loads (Go's
+// bandwidthProbe returns a pass of how fast all threads together read
+// memory, in bytes per second: one sum of a 256 MiB buffer, far larger
+// than the caches (allocated once: the bench measures again and again),
+// and says with what: the native library's SIMD loads where it loads (Go's
 // scalar loop read 10 to 25% slower on the development machine, which put
 // llama.cpp's decode above the "limit"), else a Go loop.
-func bandwidthProbe() (measure func() float64, how string) {
+func bandwidthProbe() (pass func() float64, how string) {
 	if l, err := native.Load(""); err == nil {
 		p := l.NewReadProbe()
-		return func() float64 { bw, _ := p.Measure(); return bw }, // Sum64 fails only on bad arguments
-			fmt.Sprintf("the native library's %s loads, best of 5 passes over 256 MiB", l.PathName(l.Path()))
+		return func() float64 { bw, _ := p.Read(); return bw }, // Sum64 fails only on bad arguments
+			fmt.Sprintf("the native library's %s loads over 256 MiB", l.PathName(l.Path()))
 	}
 	buf := make([]uint64, 256<<20/8)
 	for i := range buf {
 		buf[i] = uint64(i)
 	}
-	return func() float64 { return goReadBandwidth(buf) }, "a Go loop, best of 3 passes over 256 MiB"
+	return func() float64 { return goReadBandwidth(buf) }, "a Go loop over 256 MiB"
 }
 
-// goReadBandwidth is bandwidthProbe's measure without the native library.
+// goReadBandwidth is bandwidthProbe's pass without the native library.
 func goReadBandwidth(buf []uint64) float64 {
-	size := 8 * len(buf)
 	workers := runtime.GOMAXPROCS(0)
-	best := 0.0
-	for range 3 {
-		t0 := time.Now()
-		var wg sync.WaitGroup
-		chunk := len(buf) / workers
-		sums := make([]uint64, workers)
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				part := buf[w*chunk : (w+1)*chunk]
-				var s0, s1, s2, s3 uint64
-				for i := 0; i+3 < len(part); i += 4 {
-					s0 += part[i]
-					s1 += part[i+1]
-					s2 += part[i+2]
-					s3 += part[i+3]
-				}
-				sums[w] = s0 + s1 + s2 + s3
-			}()
-		}
-		wg.Wait()
-		best = max(best, float64(size)/time.Since(t0).Seconds())
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	chunk := len(buf) / workers
+	sums := make([]uint64, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			part := buf[w*chunk : (w+1)*chunk]
+			var s0, s1, s2, s3 uint64
+			for i := 0; i+3 < len(part); i += 4 {
+				s0 += part[i]
+				s1 += part[i+1]
+				s2 += part[i+2]
+				s3 += part[i+3]
+			}
+			sums[w] = s0 + s1 + s2 + s3
+		}()
 	}
-	return best
+	wg.Wait()
+	return float64(8*len(buf)) / time.Since(t0).Seconds()
 }

@@ -354,9 +354,9 @@ func (l *Lib) Sum64(w []uint64) (uint64, error) {
 	return s, status("sum64", rc)
 }
 
-// ReadProbe is 256 MiB that Measure reads with the library's threads (in
+// ReadProbe is 256 MiB that Read reads with the library's threads (in
 // huge pages where the system gives them, as the packed weights are),
-// filled once, so that a benchmark can measure again between its rounds.
+// filled once, so that a benchmark can measure again and again.
 type ReadProbe struct {
 	l *Lib
 	w []uint64
@@ -374,18 +374,14 @@ func (l *Lib) NewReadProbe() *ReadProbe {
 	return p
 }
 
-// Measure returns, in bytes per second, how fast the library's threads
-// read memory: the best of five Sum64 passes over the probe.
-func (p *ReadProbe) Measure() (float64, error) {
-	best := 0.0
-	for range 5 {
-		t0 := time.Now()
-		if _, err := p.l.Sum64(p.w); err != nil {
-			return 0, err
-		}
-		best = max(best, float64(8*len(p.w))/time.Since(t0).Seconds())
+// Read returns, in bytes per second, how fast the library's threads read
+// memory in one Sum64 pass over the probe.
+func (p *ReadProbe) Read() (float64, error) {
+	t0 := time.Now()
+	if _, err := p.l.Sum64(p.w); err != nil {
+		return 0, err
 	}
-	return best, nil
+	return float64(8*len(p.w)) / time.Since(t0).Seconds(), nil
 }
 
 // WeightBytes returns the bytes of host memory the CPU backend holds for a
