@@ -51,47 +51,73 @@ static inline void quant32(const float *xs, struct act32 *a) {
 #endif
 }
 
+/* quant256 rounds one 256-value block for the K-quants as quant32 does,
+ * with bsums[g] the sum of codes 16g..16g+15 instead of one sum; the SIMD
+ * versions give the same bits (a NaN is passed over in the max, as the
+ * scalar comparison does). */
+static inline void quant256(const float *xs, struct act256 *a) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+	__m512 m = _mm512_setzero_ps();
+	for (int g = 0; g < 16; g++) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xs + 16 * g)), m);
+	float amax = _mm512_reduce_max_ps(m);
+	float d = amax / 127, id = d != 0 ? 1 / d : 0;
+	const __m512 vid = _mm512_set1_ps(id);
+	for (int g = 0; g < 16; g++) {
+		__m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * g), vid));
+		_mm_storeu_si128((__m128i *)(a->q + 16 * g), _mm512_cvtepi32_epi8(q));
+		a->bsums[g] = (int16_t)_mm512_reduce_add_epi32(q);
+	}
+	a->d = d;
+#elif defined(__AVX2__)
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	__m256 m = _mm256_setzero_ps();
+	for (int k = 0; k < 32; k++) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xs + 8 * k)), m);
+	float t[8], amax = 0;
+	_mm256_storeu_ps(t, m);
+	for (int j = 0; j < 8; j++) amax = t[j] > amax ? t[j] : amax;
+	float d = amax / 127, id = d != 0 ? 1 / d : 0;
+	const __m256 vid = _mm256_set1_ps(id);
+	for (int g = 0; g < 16; g++) {
+		__m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xs + 16 * g), vid));
+		__m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xs + 16 * g + 8), vid));
+		/* int32 -> int16 (saturating, exact for codes within ±127) -> int8 */
+		__m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
+		__m128i b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+		_mm_storeu_si128((__m128i *)(a->q + 16 * g), b);
+		__m256i s = _mm256_add_epi32(q0, q1);
+		__m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+		a->bsums[g] = (int16_t)_mm_cvtsi128_si32(s4);
+	}
+	a->d = d;
+#else
+	float amax = 0;
+	for (int j = 0; j < 256; j++) {
+		float v = fabsf(xs[j]);
+		amax = v > amax ? v : amax;
+	}
+	float d = amax / 127, id = d != 0 ? 1 / d : 0;
+	for (int j = 0; j < 256; j++) a->q[j] = (int8_t)__builtin_rintf(xs[j] * id);
+	for (int g = 0; g < 16; g++) {
+		int s = 0;
+		for (int j = 0; j < 16; j++) s += a->q[16 * g + j];
+		a->bsums[g] = (int16_t)s;
+	}
+	a->d = d;
+#endif
+}
+
 static int quantize_acts(uint32_t type, const float *x, int64_t cols, int64_t n, void *qx) {
 	if (type == 0 || type == 1 || type == 30) return KVS_OK;
 	int k = type >= 10 && type <= 14;
 	int64_t bs = k ? 256 : 32, nb = cols / bs;
-	if (!k) {
-		for (int64_t b = 0; b < n; b++)
-			for (int64_t i = 0; i < nb; i++) quant32(x + b * cols + i * 32, (struct act32 *)qx + b * nb + i);
-		return KVS_OK;
-	}
 	for (int64_t b = 0; b < n; b++)
 		for (int64_t i = 0; i < nb; i++) {
-			const float *xs = x + b * cols + i * bs;
-			float amax = 0;
-			for (int64_t j = 0; j < bs; j++) {
-				float v = fabsf(xs[j]);
-				amax = v > amax ? v : amax;
-			}
-			float d = amax / 127, id = d != 0 ? 1 / d : 0;
-			int8_t *q;
-			if (k) {
-				struct act256 *a = (struct act256 *)qx + b * nb + i;
-				a->d = d;
-				q = a->q;
-			} else {
-				struct act32 *a = (struct act32 *)qx + b * nb + i;
-				a->d = d;
-				q = a->q;
-			}
-			for (int64_t j = 0; j < bs; j++) q[j] = (int8_t)__builtin_rintf(xs[j] * id);
-			if (k) {
-				struct act256 *a = (struct act256 *)qx + b * nb + i;
-				for (int g = 0; g < 16; g++) {
-					int s = 0;
-					for (int j = 0; j < 16; j++) s += q[16 * g + j];
-					a->bsums[g] = (int16_t)s;
-				}
-			} else {
-				int s = 0;
-				for (int j = 0; j < 32; j++) s += q[j];
-				((struct act32 *)qx + b * nb + i)->s = s;
-			}
+			if (k)
+				quant256(x + b * cols + i * 256, (struct act256 *)qx + b * nb + i);
+			else
+				quant32(x + b * cols + i * 32, (struct act32 *)qx + b * nb + i);
 		}
 	return KVS_OK;
 }

@@ -80,7 +80,8 @@ func (l *Lib) product(typ quant.Type, rows, cols int, x []float32, n int, out []
 			*bp = make([]byte, ab)
 		}
 		qx = (*bp)[:ab]
-		if rc := l.quantizeActs(uint32(typ), ptr(x), int64(cols), int64(n), ptr(qx)); rc != 0 {
+		rc, _, _ := purego.SyscallN(l.quantizeSym, uintptr(typ), uintptr(ptr(x)), uintptr(cols), uintptr(n), uintptr(ptr(qx)))
+		if rc := int32(rc); rc != 0 {
 			return status("quantize activations", rc)
 		}
 	}

@@ -58,7 +58,7 @@ type Lib struct {
 	pathName      func(int32) string
 	rowBytes      func(uint32, int64) int64
 	actBytes      func(uint32, int64, int64) int64
-	quantizeActs  func(uint32, unsafe.Pointer, int64, int64, unsafe.Pointer) int32
+	quantizeSym   uintptr // kvs_quantize_acts, by purego.SyscallN (before every product)
 	matmulSym     uintptr // kvs_matmul, called with purego.SyscallN: a third of a reflected call's cost
 	packedBytes   func(uint32, int64, int64) int64
 	matmulPSym    uintptr // kvs_matmul_packed, by purego.SyscallN
@@ -223,7 +223,7 @@ func open(file string) (l *Lib, err error) {
 		{&l.pathName, "kvs_path_name"},
 		{&l.rowBytes, "kvs_row_bytes"},
 		{&l.actBytes, "kvs_act_bytes"},
-		{&l.quantizeActs, "kvs_quantize_acts"},
+		{&l.quantizeSym, "kvs_quantize_acts"},
 		{&l.matmulSym, "kvs_matmul"},
 		{&l.packedBytes, "kvs_packed_bytes"},
 		{&l.matmulPSym, "kvs_matmul_packed"},
