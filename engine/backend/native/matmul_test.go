@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"kvscope/engine/quant"
+
+	"github.com/ebitengine/purego"
 )
 
 // matTypes are the weight types the library implements.
@@ -352,4 +354,51 @@ func TestLoadSearch(t *testing.T) {
 		t.Errorf("paths %v, path in force %d", ps, l.Path())
 	}
 	t.Logf("library %s: paths %v, running %s, CPU features %#x", l.File(), l.Paths(), l.PathName(l.Path()), l.Features())
+}
+
+// TestQuantizeActsPaths rounds activation rows for the 32-value types and
+// the K-quants on every SIMD path and wants the scalar path's bytes: rows
+// of random values with outliers, a row of zeros (no scale), and rows
+// whose values fall on halves of a code step (rounded to even).
+func TestQuantizeActsPaths(t *testing.T) {
+	l := loadLib(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	const cols = 512
+	rows := [][]float32{randVec(r, cols), randVec(r, cols), make([]float32, cols)}
+	ties := make([]float32, cols)
+	for i := range ties {
+		ties[i] = float32(i%255-127) + 0.5*float32(i%2) // max 127: a step of 1
+	}
+	rows = append(rows, ties)
+	x := make([]float32, 0, len(rows)*cols)
+	for _, row := range rows {
+		x = append(x, row...)
+	}
+	n := len(rows)
+	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_K} {
+		size := l.actBytes(uint32(typ), cols, int64(n))
+		got := map[string][]byte{}
+		eachPath(t, l, func(t *testing.T) {
+			qx := make([]byte, size)
+			rc, _, _ := purego.SyscallN(l.quantizeSym, uintptr(typ), uintptr(ptr(x)), cols, uintptr(n), uintptr(ptr(qx)))
+			if rc != 0 {
+				t.Fatalf("%s: rc %d", typ, int32(rc))
+			}
+			got[l.PathName(l.Path())] = qx
+		})
+		ref := got["scalar"]
+		if ref == nil {
+			t.Fatal("no scalar path")
+		}
+		for path, qx := range got {
+			if !slices.Equal(qx, ref) {
+				for i := range qx {
+					if qx[i] != ref[i] {
+						t.Errorf("%s on %s: byte %d of %d is %#x, the scalar path's %#x", typ, path, i, len(qx), qx[i], ref[i])
+						break
+					}
+				}
+			}
+		}
+	}
 }
