@@ -2,6 +2,21 @@
  * compiled once per path. */
 #include "simd.h"
 
+#if !defined(__AVX2__) && !defined(__AVX512F__)
+/* act_scale returns d = max|x|/127 over n values (a NaN passed over) and
+ * sets id to 1/d, or 0 where d is. */
+static inline float act_scale(const float *xs, int n, float *id) {
+	float amax = 0;
+	for (int j = 0; j < n; j++) {
+		float v = fabsf(xs[j]);
+		amax = v > amax ? v : amax;
+	}
+	float d = amax / 127;
+	*id = d != 0 ? 1 / d : 0;
+	return d;
+}
+#endif
+
 /* quant32 rounds one 32-value block: d = max|x|/127, q = rint(x/d) (as
  * x times 1/d), s = the codes' sum; the SIMD versions give the same bits
  * (the max and the integer sum are exact in any order). */
@@ -38,12 +53,7 @@ static inline void quant32(const float *xs, struct act32 *a) {
 	a->d = d;
 	a->s = s;
 #else
-	float amax = 0;
-	for (int j = 0; j < 32; j++) {
-		float v = fabsf(xs[j]);
-		amax = v > amax ? v : amax;
-	}
-	float d = amax / 127, id = d != 0 ? 1 / d : 0;
+	float id, d = act_scale(xs, 32, &id);
 	int s = 0;
 	for (int j = 0; j < 32; j++) s += a->q[j] = (int8_t)__builtin_rintf(xs[j] * id);
 	a->d = d;
@@ -92,12 +102,7 @@ static inline void quant256(const float *xs, struct act256 *a) {
 	}
 	a->d = d;
 #else
-	float amax = 0;
-	for (int j = 0; j < 256; j++) {
-		float v = fabsf(xs[j]);
-		amax = v > amax ? v : amax;
-	}
-	float d = amax / 127, id = d != 0 ? 1 / d : 0;
+	float id, d = act_scale(xs, 256, &id);
 	for (int j = 0; j < 256; j++) a->q[j] = (int8_t)__builtin_rintf(xs[j] * id);
 	for (int g = 0; g < 16; g++) {
 		int s = 0;
