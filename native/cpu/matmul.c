@@ -17,6 +17,17 @@ static inline float act_scale(const float *xs, int n, float *id) {
 }
 #endif
 
+#if defined(__AVX2__) && !(defined(__AVX512F__) && defined(__AVX512BW__))
+/* hmax256 returns the largest of m's lanes (a NaN passed over), as the
+ * scalar comparison would over them in order. */
+static inline float hmax256(__m256 m) {
+	float t[8], amax = 0;
+	_mm256_storeu_ps(t, m);
+	for (int j = 0; j < 8; j++) amax = t[j] > amax ? t[j] : amax;
+	return amax;
+}
+#endif
+
 /* quant32 rounds one 32-value block: d = max|x|/127, q = rint(x/d) (as
  * x times 1/d), s = the codes' sum; the SIMD versions give the same bits
  * (the max and the integer sum are exact in any order). */
@@ -35,9 +46,7 @@ static inline void quant32(const float *xs, struct act32 *a) {
 	const __m256 sign = _mm256_set1_ps(-0.0f);
 	__m256 v[4], m = _mm256_setzero_ps();
 	for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(xs + 8 * k), m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
-	float t[8], amax = 0;
-	_mm256_storeu_ps(t, m);
-	for (int j = 0; j < 8; j++) amax = t[j] > amax ? t[j] : amax;
+	float amax = hmax256(m);
 	float d = amax / 127, id = d != 0 ? 1 / d : 0;
 	__m256i sum = _mm256_setzero_si256();
 	for (int k = 0; k < 4; k++) {
@@ -82,9 +91,7 @@ static inline void quant256(const float *xs, struct act256 *a) {
 	const __m256 sign = _mm256_set1_ps(-0.0f);
 	__m256 m = _mm256_setzero_ps();
 	for (int k = 0; k < 32; k++) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xs + 8 * k)), m);
-	float t[8], amax = 0;
-	_mm256_storeu_ps(t, m);
-	for (int j = 0; j < 8; j++) amax = t[j] > amax ? t[j] : amax;
+	float amax = hmax256(m);
 	float d = amax / 127, id = d != 0 ? 1 / d : 0;
 	const __m256 vid = _mm256_set1_ps(id);
 	for (int g = 0; g < 16; g++) {
