@@ -70,13 +70,13 @@ func TestBenchSpeedTable(t *testing.T) {
 				for len(rows) > 0 && strings.HasPrefix(rows[len(rows)-1], "cold start") {
 					rows = rows[:len(rows)-1] // under go test: not run, no kvscope binary
 				}
-				var shares []string // one sequence's decode against the bandwidth measured beside it
-				for len(rows) > 0 && strings.Contains(rows[len(rows)-1], "of the rate that the read bandwidth of the same seconds allows") {
-					shares = append([]string{rows[len(rows)-1]}, shares...)
-					rows = rows[:len(rows)-1]
-				}
 				if strings.HasPrefix(rows[len(rows)-1], "llama.cpp failed") {
 					t.Logf("%s", rows[len(rows)-1]) // its lost-log bug; the table is still whole
+					rows = rows[:len(rows)-1]
+				}
+				var shares []string // one sequence's decode against the bandwidth of the same seconds
+				for len(rows) > 0 && strings.Contains(rows[len(rows)-1], "of the rate that the read bandwidth of the same seconds allows") {
+					shares = append([]string{rows[len(rows)-1]}, shares...)
 					rows = rows[:len(rows)-1]
 				}
 				if len(shares) != 2 || !strings.HasPrefix(shares[0], speedRowNames[1]+": ") || !strings.HasPrefix(shares[1], speedRowNames[2]+": ") {
