@@ -38,6 +38,11 @@ type Backend interface {
 	// MatMul computes out[i] = w·x[i] (+ bias) for n rows: x rows have the
 	// weight's cols values, out rows its rows values.
 	MatMul(out Buffer, w Weight, x Buffer, n int)
+	// MatMuls computes outs[j] = ws[j]·x, as MatMul does, for every j: one
+	// input times several weights of its width (a layer's query, key and
+	// value, or its gate and up), which a backend may compute as one
+	// operation.
+	MatMuls(outs []Buffer, ws []Weight, x Buffer, n int)
 	// Embed writes row tokens[i] of the embedding matrix w into row i of
 	// out, for every token.
 	Embed(out Buffer, w Weight, tokens []int32)

@@ -110,6 +110,12 @@ func store(c Cache) *kvstore.Store {
 	return st
 }
 
+func (g goBackend) MatMuls(outs []Buffer, ws []Weight, x Buffer, n int) {
+	for j, w := range ws {
+		g.MatMul(outs[j], w, x, n)
+	}
+}
+
 func (goBackend) MatMul(out Buffer, w Weight, x Buffer, n int) {
 	gw := weight(w)
 	o := vals(out)[:n*gw.rows]

@@ -73,9 +73,7 @@ func (m *Model) Forward(kv backend.Cache, b *Batch) ([][]float32, error) {
 
 		// --- attention
 		be.RMSNorm(r.xb, r.x, lw.attnNorm, n, c.Dim, c.NormEps)
-		be.MatMul(r.q, lw.q, r.xb, n)
-		be.MatMul(r.k, lw.k, r.xb, n)
-		be.MatMul(r.v, lw.v, r.xb, n)
+		be.MatMuls(r.qkv[:], lw.qkv[:], r.xb, n)
 		if lw.qNorm != nil { // qwen3: each head's q and k normalized
 			be.RMSNorm(r.q, r.q, lw.qNorm, n*c.Heads, c.HeadDim, c.NormEps)
 			be.RMSNorm(r.k, r.k, lw.kNorm, n*c.KVHeads, c.HeadDim, c.NormEps)
@@ -97,8 +95,7 @@ func (m *Model) Forward(kv backend.Cache, b *Batch) ([][]float32, error) {
 
 		// --- feed-forward (SwiGLU, or GeGLU for gemma3)
 		be.RMSNorm(r.xb, r.x, lw.ffnNorm, n, c.Dim, c.NormEps)
-		be.MatMul(r.hb, lw.gate, r.xb, n)
-		be.MatMul(r.hb2, lw.up, r.xb, n)
+		be.MatMuls(r.gateUp[:], lw.gateUp[:], r.xb, n)
 		if c.GELU {
 			be.GeGLU(r.hb, r.hb2, n*c.FFDim)
 		} else {
@@ -276,10 +273,12 @@ type boundWeights struct {
 }
 
 type boundLayer struct {
-	attnNorm, ffnNorm          backend.Buffer
-	qNorm, kNorm               backend.Buffer // nil: no per-head q/k norm
-	postAttnNorm, postFFNNorm  backend.Buffer // nil: none (all but gemma3)
-	q, k, v, o, gate, up, down backend.Weight
+	attnNorm, ffnNorm         backend.Buffer
+	qNorm, kNorm              backend.Buffer    // nil: no per-head q/k norm
+	postAttnNorm, postFFNNorm backend.Buffer    // nil: none (all but gemma3)
+	qkv                       [3]backend.Weight // query, key, value: one MatMuls
+	gateUp                    [2]backend.Weight // gate, up: one MatMuls
+	o, down                   backend.Weight
 }
 
 // bound returns the model's weights on its backend, binding them to
@@ -373,12 +372,12 @@ func (m *Model) bind(ctx context.Context, be backend.Backend, progress Progress)
 		if src.PostFFNNorm != nil {
 			dst.postFFNNorm = vector(src.PostFFNNorm)
 		}
-		dst.q = weight(p+"attn_q.weight", src.Q, src.QBias)
-		dst.k = weight(p+"attn_k.weight", src.K, src.KBias)
-		dst.v = weight(p+"attn_v.weight", src.V, src.VBias)
+		dst.qkv[0] = weight(p+"attn_q.weight", src.Q, src.QBias)
+		dst.qkv[1] = weight(p+"attn_k.weight", src.K, src.KBias)
+		dst.qkv[2] = weight(p+"attn_v.weight", src.V, src.VBias)
 		dst.o = weight(p+"attn_output.weight", src.O, nil)
-		dst.gate = weight(p+"ffn_gate.weight", src.Gate, nil)
-		dst.up = weight(p+"ffn_up.weight", src.Up, nil)
+		dst.gateUp[0] = weight(p+"ffn_gate.weight", src.Gate, nil)
+		dst.gateUp[1] = weight(p+"ffn_up.weight", src.Up, nil)
 		dst.down = weight(p+"ffn_down.weight", src.Down, nil)
 	}
 	if err == nil {
@@ -401,7 +400,7 @@ func (w *boundWeights) free() {
 		w.outNorm.Free()
 	}
 	for _, l := range w.layers {
-		for _, h := range []backend.Weight{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
+		for _, h := range []backend.Weight{l.qkv[0], l.qkv[1], l.qkv[2], l.o, l.gateUp[0], l.gateUp[1], l.down} {
 			if h != nil {
 				h.Free()
 			}
@@ -421,8 +420,10 @@ type run struct {
 	n int
 
 	x, xb, q, k, v, att, hb, hb2 backend.Buffer
-	logits                       backend.Buffer // rows wanting logits × Vocab
-	shiftK, shiftV               backend.Buffer // ShiftKeys' keys and values
+	qkv                          [3]backend.Buffer // q, k, v
+	gateUp                       [2]backend.Buffer // hb, hb2
+	logits                       backend.Buffer    // rows wanting logits × Vocab
+	shiftK, shiftV               backend.Buffer    // ShiftKeys' keys and values
 
 	tokens, slots, out []int32
 	rows               backend.Rows
@@ -484,6 +485,7 @@ func (r *run) grow(m *Model, n int) error {
 		}
 		*s.b = b
 	}
+	r.qkv, r.gateUp = [3]backend.Buffer{r.q, r.k, r.v}, [2]backend.Buffer{r.hb, r.hb2}
 	r.n = n
 	return nil
 }

@@ -241,6 +241,51 @@ int kvs_matmul_packed(uint32_t type, const void *wp, int64_t rows, int64_t cols,
 	return kvs_par(row1 - row0, KVS_PACK_ROWS, (row1 - row0) * cols * n >= SERIAL_WORK, mm_part, &j);
 }
 
+/* mmn_job is kvs_matmul_packed_n's: the matrices' groups as one run of
+ * rows, matrix i's from row 16*g0[i], split among the threads. */
+struct mmn_job {
+	const struct kvs_ops *o;
+	int32_t count;
+	const uint32_t *types;
+	const void *const *packed;
+	const int64_t *rows;
+	int64_t cols;
+	const void *qx;
+	int64_t n;
+	float *const *outs;
+	int64_t g0[KVS_MULTI_MAX + 1];
+};
+
+static int mmn_part(void *c, int w, int64_t a, int64_t b) {
+	struct mmn_job *j = c;
+	(void)w;
+	for (int i = 0; i < j->count; i++) {
+		int64_t lo = KVS_PACK_ROWS * j->g0[i], r0 = (a > lo ? a : lo) - lo, r1 = b - lo;
+		if (r1 > j->rows[i]) r1 = j->rows[i];
+		if (r0 >= r1) continue;
+		int rc = j->o->matmul_packed(j->types[i], j->packed[i], j->rows[i], j->cols, r0, r1, j->qx, j->n, j->outs[i]);
+		if (rc) return rc;
+	}
+	return KVS_OK;
+}
+
+int kvs_matmul_packed_n(int32_t count, const uint32_t *types, const void *const *packed, const int64_t *rows,
+                        int64_t cols, const void *qx, int64_t n, float *const *outs) {
+	if (count < 1 || count > KVS_MULTI_MAX || !types || !packed || !rows || !outs || !qx || n < 0 ||
+	    n > ((int64_t)1 << 24))
+		return KVS_ERR_ARG;
+	struct mmn_job j = {ops(), count, types, packed, rows, cols, qx, n, outs, {0}};
+	for (int i = 0; i < count; i++) {
+		int64_t size = kvs_packed_bytes(types[i], rows[i], cols);
+		if (size < 0) return (int)size;
+		if ((types[i] >= 12) != (types[0] >= 12) || !packed[i] || !outs[i]) return KVS_ERR_ARG;
+		j.g0[i + 1] = j.g0[i] + (rows[i] + KVS_PACK_ROWS - 1) / KVS_PACK_ROWS;
+	}
+	int64_t total = KVS_PACK_ROWS * j.g0[count];
+	if (n == 0) return KVS_OK;
+	return kvs_par(total, KVS_PACK_ROWS, total * cols * n >= SERIAL_WORK, mmn_part, &j);
+}
+
 int kvs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, int64_t dim, float eps) {
 	if (n < 0 || dim <= 0 || !out || !x || !weight) return KVS_ERR_ARG;
 	return ops()->rmsnorm(out, x, weight, n, dim, eps);

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 /* KVS_ABI_VERSION changes whenever any declaration below changes meaning. */
-#define KVS_ABI_VERSION 9
+#define KVS_ABI_VERSION 10
 
 /* kvs_status: what a function returns. */
 enum kvs_status {
@@ -218,6 +218,21 @@ KVS_API int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols,
  * front to back.
  */
 #define KVS_PACK_ROWS 16
+
+/* KVS_MULTI_MAX is the most matrices one kvs_matmul_packed_n takes. */
+#define KVS_MULTI_MAX 8
+
+/* kvs_matmul_packed_n multiplies the same activations by count packed
+ * matrices (1 to KVS_MULTI_MAX) of cols columns: matrix i, of type
+ * types[i] and rows[i] rows at packed[i], times the n vectors of qx into
+ * outs[i] (n*rows[i] floats), all rows of each. The types must round
+ * activations alike (kvs_quantize_acts: all K-quants, or all of Q4_0, Q5_0
+ * and Q8_0), and qx is that rounding. The matrices' row groups are split
+ * among the threads as the rows of one matrix, in one call (a layer's
+ * query, key and value products, or its gate and up): each product gives
+ * kvs_matmul_packed's bits. */
+KVS_API int kvs_matmul_packed_n(int32_t count, const uint32_t *types, const void *const *packed, const int64_t *rows,
+                                int64_t cols, const void *qx, int64_t n, float *const *outs);
 
 /* kvs_pack writes groups [g0, g1) of the packed form of a rows×cols weight
  * matrix of type into packed (which holds the whole packed matrix,

@@ -216,6 +216,43 @@ func (b *Backend) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer,
 	b.Backend.MatMul(out, gw, x, n)
 }
 
+// MatMuls multiplies x by every weight in one call into the library when
+// each has a packed copy and their types round activations alike
+// (Lib.MatMulPackedN: the threads split all their rows together); else
+// it runs one MatMul each.
+func (b *Backend) MatMuls(outs []backend.Buffer, ws []backend.Weight, x backend.Buffer, n int) {
+	var pa [MaxPackedN]*Packed
+	var oa [MaxPackedN][]float32
+	ps, os := pa[:0], oa[:0]
+	for j, w := range ws {
+		nw, ok := w.(*weight)
+		if !ok || nw.packed.Load() == nil || len(ps) == MaxPackedN {
+			break
+		}
+		p := nw.packed.Load()
+		ps, os = append(ps, p), append(os, backend.HostFloats(outs[j])[:n*p.rows])
+	}
+	if len(ps) < len(ws) || !SameActs(ps) {
+		for j, w := range ws {
+			b.MatMul(outs[j], w, x, n)
+		}
+		return
+	}
+	if err := b.lib.MatMulPackedN(ps, backend.HostFloats(x)[:n*ps[0].cols], n, os); err != nil {
+		b.fail("matmul", err)
+		return
+	}
+	for j, w := range ws {
+		_, rows, _, _, bias := backend.HostWeight(goWeight(w))
+		for r := 0; r < len(os[j]) && bias != nil; r += rows {
+			row := os[j][r : r+rows]
+			for i, v := range bias {
+				row[i] += v
+			}
+		}
+	}
+}
+
 // RMSNorm normalizes n rows of dim values in C.
 func (b *Backend) RMSNorm(out, x, weight backend.Buffer, n, dim int, eps float32) {
 	o, xs := backend.HostFloats(out)[:n*dim], backend.HostFloats(x)[:n*dim]

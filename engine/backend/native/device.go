@@ -384,6 +384,13 @@ func (b *Device) weight(op string, w backend.Weight) (*devWeight, bool) {
 	return dw, true
 }
 
+// MatMuls runs one MatMul for each weight.
+func (b *Device) MatMuls(outs []backend.Buffer, ws []backend.Weight, x backend.Buffer, n int) {
+	for j, w := range ws {
+		b.MatMul(outs[j], w, x, n)
+	}
+}
+
 // MatMul computes out[i] = w·x[i] (+ bias) for n rows on the device,
 // quantizing the activations first for quantized weights.
 func (b *Device) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer, n int) {

@@ -99,6 +99,61 @@ type Packed struct {
 	mem        any    // what owns data's memory (a *Packed or an arena's chunk)
 }
 
+// MaxPackedN is the most matrices MatMulPackedN takes (kvscope.h's
+// KVS_MULTI_MAX).
+const MaxPackedN = 8
+
+// SameActs reports whether MatMulPackedN can multiply ps together: 2 to
+// MaxPackedN matrices of the same columns whose types round activations
+// alike (all K-quants, or all 32-element types).
+func SameActs(ps []*Packed) bool {
+	if len(ps) < 2 || len(ps) > MaxPackedN {
+		return false
+	}
+	for _, p := range ps {
+		if p.cols != ps[0].cols || (p.typ.BlockSize() == 256) != (ps[0].typ.BlockSize() == 256) {
+			return false
+		}
+	}
+	return true
+}
+
+// MatMulPackedN multiplies the same n vectors x by each of ps (SameActs)
+// into outs[i] (n×rows of ps[i]), with the bits of one MatMulPacked each,
+// in one call: the activations rounded once, and the matrices' rows split
+// among the library's threads together (a layer's query, key and value
+// products, which one at a time leave the small key and value matrices
+// too short to split well).
+func (l *Lib) MatMulPackedN(ps []*Packed, x []float32, n int, outs [][]float32) error {
+	if !SameActs(ps) || len(outs) != len(ps) {
+		return fmt.Errorf("native: matmul of %d packed matrices into %d outputs: they need 2 to %d, of the same columns, rounding activations alike", len(ps), len(outs), MaxPackedN)
+	}
+	if n < 0 {
+		return fmt.Errorf("native: matmul: %d vectors", n)
+	}
+	var (
+		types [MaxPackedN]uint32
+		data  [MaxPackedN]unsafe.Pointer
+		rows  [MaxPackedN]int64
+		out   [MaxPackedN]unsafe.Pointer
+	)
+	for i, p := range ps {
+		if len(outs[i]) != n*p.rows {
+			return fmt.Errorf("native: matmul: %d vectors of %d rows need %d outputs, got %d", n, p.rows, n*p.rows, len(outs[i]))
+		}
+		types[i], data[i], rows[i], out[i] = uint32(p.typ), ptr(p.data), int64(p.rows), ptr(outs[i])
+	}
+	p0 := ps[0]
+	err := l.product(p0.typ, p0.rows, p0.cols, x, n, outs[0], func(qx []byte) int32 {
+		rc, _, _ := purego.SyscallN(l.matmulPNSym, uintptr(len(ps)), uintptr(unsafe.Pointer(&types)), uintptr(unsafe.Pointer(&data)),
+			uintptr(unsafe.Pointer(&rows)), uintptr(p0.cols), uintptr(ptr(qx)), uintptr(n), uintptr(unsafe.Pointer(&out)))
+		return int32(rc)
+	})
+	runtime.KeepAlive(ps)
+	runtime.KeepAlive(outs)
+	return err
+}
+
 // Arena hands out memory for packed weights from large huge-page
 // allocations, one after another, so that a model's many matrices do not
 // each round up to whole 2 MiB pages (on TinyLlama that rounding held 250

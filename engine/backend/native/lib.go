@@ -14,7 +14,7 @@ import (
 )
 
 // ABIVersion is the version of native/include/kvscope.h this package speaks.
-const ABIVersion = 9
+const ABIVersion = 10
 
 // ErrNotFound is wrapped by Load's error when no library file exists where
 // it looked.
@@ -62,6 +62,7 @@ type Lib struct {
 	matmulSym     uintptr // kvs_matmul, called with purego.SyscallN: a third of a reflected call's cost
 	packedBytes   func(uint32, int64, int64) int64
 	matmulPSym    uintptr // kvs_matmul_packed, by purego.SyscallN
+	matmulPNSym   uintptr // kvs_matmul_packed_n, by purego.SyscallN
 	pack          func(uint32, int64, int64, int64, int64, unsafe.Pointer, unsafe.Pointer) int32
 	dequantRows   func(uint32, unsafe.Pointer, int64, int64, int64, unsafe.Pointer) int32
 	rmsnorm       func(unsafe.Pointer, unsafe.Pointer, unsafe.Pointer, int64, int64, float32) int32
@@ -227,6 +228,7 @@ func open(file string) (l *Lib, err error) {
 		{&l.matmulSym, "kvs_matmul"},
 		{&l.packedBytes, "kvs_packed_bytes"},
 		{&l.matmulPSym, "kvs_matmul_packed"},
+		{&l.matmulPNSym, "kvs_matmul_packed_n"},
 		{&l.pack, "kvs_pack"},
 		{&l.dequantRows, "kvs_dequant_rows"},
 		{&l.rmsnorm, "kvs_rmsnorm"},

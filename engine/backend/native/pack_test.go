@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
+	"kvscope/engine/backend"
 	"kvscope/engine/quant"
 )
 
@@ -148,4 +150,166 @@ func TestPackedExtremeCodes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestMatMulPackedN multiplies groups of matrices of random shapes (rows
+// rarely a multiple of 16, types mixed within one way of rounding the
+// activations) by the same vectors in one call, on every SIMD path and on
+// one and several threads: each product must have the bits of its own
+// MatMulPacked.
+func TestMatMulPackedN(t *testing.T) {
+	l := loadLib(t)
+	r := rand.New(rand.NewPCG(13, 14))
+	sets := [][]quant.Type{
+		{quant.Q4_K, quant.Q4_K, quant.Q6_K}, // a Q4_K_M layer's query, key and value
+		{quant.Q5_0, quant.Q5_0, quant.Q8_0}, // a Qwen Q4_K_M layer's
+		{quant.Q4_0, quant.Q4_0},
+		{quant.Q5_K, quant.Q6_K, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q4_K, quant.Q5_K, quant.Q6_K},
+	}
+	eachPath(t, l, func(t *testing.T) {
+		for si, types := range sets {
+			bs := max(32, types[0].BlockSize())
+			cols := bs * (1 + r.IntN(4))
+			var ps []*Packed
+			for _, typ := range types {
+				rows := 1 + r.IntN(300)
+				w, _ := randWeights(t, r, typ, rows, cols)
+				p, err := l.Pack(typ, w, rows, cols)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ps = append(ps, p)
+			}
+			for _, n := range []int{1, 2, 5} {
+				for _, threads := range []int{1, 2, 3} {
+					name := fmt.Sprintf("set%d/n%d/threads%d", si, n, threads)
+					x := randVec(r, n*cols)
+					outs := make([][]float32, len(ps))
+					for i, p := range ps {
+						outs[i] = make([]float32, n*p.rows)
+					}
+					prev := runtime.GOMAXPROCS(threads)
+					err := l.MatMulPackedN(ps, x, n, outs)
+					runtime.GOMAXPROCS(prev)
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					for i, p := range ps {
+						want := make([]float32, n*p.rows)
+						if err := l.MatMulPacked(p, x, n, want); err != nil {
+							t.Fatal(err)
+						}
+						if k := sameBits(outs[i], want); k >= 0 {
+							t.Errorf("%s: matrix %d (%s, %d rows): output %d is %g, MatMulPacked's %g", name, i, p.typ, p.rows, k, outs[i][k], want[k])
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestMatMulPackedNErrors checks MatMulPackedN's refusals: matrices that
+// round activations differently, of other widths, too many or too few,
+// outputs of the wrong length.
+func TestMatMulPackedNErrors(t *testing.T) {
+	l := loadLib(t)
+	r := rand.New(rand.NewPCG(15, 16))
+	pack := func(typ quant.Type, rows, cols int) *Packed {
+		w, _ := randWeights(t, r, typ, rows, cols)
+		p, err := l.Pack(typ, w, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	q4k, q6k, q8, q8wide := pack(quant.Q4_K, 20, 256), pack(quant.Q6_K, 16, 256), pack(quant.Q8_0, 20, 256), pack(quant.Q8_0, 20, 512)
+	x := randVec(r, 256)
+	outs := func(ps ...*Packed) [][]float32 {
+		o := make([][]float32, len(ps))
+		for i, p := range ps {
+			o[i] = make([]float32, p.rows)
+		}
+		return o
+	}
+	nine := make([]*Packed, 9)
+	for i := range nine {
+		nine[i] = q4k
+	}
+	cases := []struct {
+		name string
+		ps   []*Packed
+		outs [][]float32
+	}{
+		{"K-quant with Q8_0", []*Packed{q4k, q8}, outs(q4k, q8)},
+		{"other widths", []*Packed{q8, q8wide}, outs(q8, q8wide)},
+		{"one matrix", []*Packed{q4k}, outs(q4k)},
+		{"nine matrices", nine, outs(nine...)},
+		{"fewer outputs", []*Packed{q4k, q6k}, outs(q4k)},
+		{"short output", []*Packed{q4k, q6k}, [][]float32{make([]float32, 20), make([]float32, 15)}},
+	}
+	for _, c := range cases {
+		if err := l.MatMulPackedN(c.ps, x, 1, c.outs); err == nil {
+			t.Errorf("%s: no error", c.name)
+		}
+	}
+}
+
+// TestBackendMatMuls checks the backend's MatMuls against one MatMul
+// each, bit for bit, biases added: for weights it multiplies in one call
+// (query, key and value of Q4_K, Q4_K and Q6_K with biases; Q5_0 and Q8_0)
+// and for ones it cannot (Q4_1 has no packed form; K-quants with Q8_0
+// round activations differently), with 1 and 3 rows.
+func TestBackendMatMuls(t *testing.T) {
+	be := NewBackend(loadLib(t))
+	r := rand.New(rand.NewPCG(17, 18))
+	sets := [][]quant.Type{
+		{quant.Q4_K, quant.Q4_K, quant.Q6_K},
+		{quant.Q5_0, quant.Q8_0},
+		{quant.Q4_1, quant.Q4_0},
+		{quant.Q4_K, quant.Q8_0},
+	}
+	const cols = 512
+	for si, types := range sets {
+		var ws []backend.Weight
+		for i, typ := range types {
+			rows := 40 + 37*i
+			w, _ := randWeights(t, r, typ, rows, cols)
+			var bias []float32
+			if si == 0 {
+				bias = randVec(r, rows)
+			}
+			h, err := be.Weight(typ, rows, cols, w, bias)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws = append(ws, h)
+		}
+		for _, n := range []int{1, 3} {
+			x, _ := be.NewBuffer(n * cols)
+			be.Write(x, 0, randVec(r, n*cols))
+			var outs, want []backend.Buffer
+			for _, w := range ws {
+				rows, _ := w.Shape()
+				o, _ := be.NewBuffer(n * rows)
+				ow, _ := be.NewBuffer(n * rows)
+				outs, want = append(outs, o), append(want, ow)
+				be.MatMul(ow, w, x, n)
+			}
+			be.MatMuls(outs, ws, x, n)
+			for i, w := range ws {
+				rows, _ := w.Shape()
+				got, exp := make([]float32, n*rows), make([]float32, n*rows)
+				if err := be.Read(got, outs[i], 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := be.Read(exp, want[i], 0); err != nil {
+					t.Fatal(err)
+				}
+				if k := sameBits(got, exp); k >= 0 {
+					t.Errorf("set %d (%v), %d rows: weight %d's output %d is %g, MatMul's %g", si, types, n, i, k, got[k], exp[k])
+				}
+			}
+		}
+	}
 }
