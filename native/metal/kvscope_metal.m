@@ -256,6 +256,11 @@ KVS_API int kvs_matmul_packed(uint32_t type, const void *packed, int64_t rows, i
 	(void)type, (void)packed, (void)rows, (void)cols, (void)row0, (void)row1, (void)qx, (void)n, (void)out;
 	return KVS_ERR_TYPE;
 }
+KVS_API int kvs_matmul_packed_n(int32_t count, const uint32_t *types, const void *const *packed, const int64_t *rows,
+                                int64_t cols, const void *qx, int64_t n, float *const *outs) {
+	(void)count, (void)types, (void)packed, (void)rows, (void)cols, (void)qx, (void)n, (void)outs;
+	return KVS_ERR_TYPE;
+}
 
 /* --------------------------------------------------------------- matmul */
 
