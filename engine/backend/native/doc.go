@@ -29,7 +29,11 @@
 // Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K weights are multiplied from a
 // packed copy made at load (Pack, MatMulPacked): Go copies the file's rows
 // (so that a fault reading the mapping is an error) and the library packs
-// them; the mapped pages are then given back.
+// them; the mapped pages are then given back. Products of the same
+// activations by several packed matrices (a layer's query, key and value,
+// its gate and up: Backend.MatMuls) go out as one call (MatMulPackedN),
+// so that the small key and value products do not each pay a call's
+// start and end.
 //
 // Device backends: OpenDevice loads a GPU library of the same ABI
 // (libkvscope_cuda.so from native/cuda, libkvscope_metal.dylib from
