@@ -223,14 +223,14 @@ func (b *Backend) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer,
 func (b *Backend) MatMuls(outs []backend.Buffer, ws []backend.Weight, x backend.Buffer, n int) {
 	var pa [MaxPackedN]*Packed
 	var oa [MaxPackedN][]float32
-	ps, os := pa[:0], oa[:0]
+	ps, po := pa[:0], oa[:0]
 	for j, w := range ws {
 		nw, ok := w.(*weight)
 		if !ok || nw.packed.Load() == nil || len(ps) == MaxPackedN {
 			break
 		}
 		p := nw.packed.Load()
-		ps, os = append(ps, p), append(os, backend.HostFloats(outs[j])[:n*p.rows])
+		ps, po = append(ps, p), append(po, backend.HostFloats(outs[j])[:n*p.rows])
 	}
 	if len(ps) < len(ws) || !SameActs(ps) {
 		for j, w := range ws {
@@ -238,14 +238,14 @@ func (b *Backend) MatMuls(outs []backend.Buffer, ws []backend.Weight, x backend.
 		}
 		return
 	}
-	if err := b.lib.MatMulPackedN(ps, backend.HostFloats(x)[:n*ps[0].cols], n, os); err != nil {
+	if err := b.lib.MatMulPackedN(ps, backend.HostFloats(x)[:n*ps[0].cols], n, po); err != nil {
 		b.fail("matmul", err)
 		return
 	}
 	for j, w := range ws {
 		_, rows, _, _, bias := backend.HostWeight(goWeight(w))
-		for r := 0; r < len(os[j]) && bias != nil; r += rows {
-			row := os[j][r : r+rows]
+		for r := 0; r < len(po[j]) && bias != nil; r += rows {
+			row := po[j][r : r+rows]
 			for i, v := range bias {
 				row[i] += v
 			}
