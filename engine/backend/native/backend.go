@@ -196,12 +196,7 @@ func (b *Backend) MatMul(out backend.Buffer, w backend.Weight, x backend.Buffer,
 		}
 		switch {
 		case err == nil:
-			for r := 0; r < len(o) && bias != nil; r += rows {
-				row := o[r : r+rows]
-				for i, v := range bias {
-					row[i] += v
-				}
-			}
+			addBias(o, rows, bias)
 			return
 		case errors.Is(err, ErrUnsupported):
 			b.mu.Lock()
@@ -244,11 +239,16 @@ func (b *Backend) MatMuls(outs []backend.Buffer, ws []backend.Weight, x backend.
 	}
 	for j, w := range ws {
 		_, rows, _, _, bias := backend.HostWeight(goWeight(w))
-		for r := 0; r < len(po[j]) && bias != nil; r += rows {
-			row := po[j][r : r+rows]
-			for i, v := range bias {
-				row[i] += v
-			}
+		addBias(po[j], rows, bias)
+	}
+}
+
+// addBias adds bias (nil: none) to each rows-value row of o.
+func addBias(o []float32, rows int, bias []float32) {
+	for r := 0; r < len(o) && bias != nil; r += rows {
+		row := o[r : r+rows]
+		for i, v := range bias {
+			row[i] += v
 		}
 	}
 }
