@@ -56,7 +56,9 @@ int kvs_plane_ok(const struct kvs_kv_plane *p);
 
 /* Activation blocks. act32 serves Q4_0..Q8_0 (32 weights a block): scale,
  * the sum of the codes, the codes. act256 serves the K-quants: scale, the
- * sums of each 16 codes, the codes. */
+ * sums of each 16 codes, two forms of them that the packed kernels would
+ * otherwise compute for each block of every row group (Q4_K/Q5_K's mins
+ * take pairs by vpmaddwd, Q6_K's chains start at off6), the codes. */
 struct act32 {
 	float d;
 	int32_t s;
@@ -65,6 +67,8 @@ struct act32 {
 struct act256 {
 	float d;
 	int16_t bsums[16];
+	int32_t pairs[4]; /* (bsums[4p]+bsums[4p+1]) | (bsums[4p+2]+bsums[4p+3]) << 16, as int16 */
+	int32_t off6[16]; /* -32*bsums[g]: Q6_K's offset of 32 times the codes' sums */
 	int8_t q[256];
 };
 

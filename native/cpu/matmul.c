@@ -118,6 +118,11 @@ static inline void quant256(const float *xs, struct act256 *a) {
 	}
 	a->d = d;
 #endif
+	for (int p = 0; p < 4; p++) {
+		int32_t lo = a->bsums[4 * p] + a->bsums[4 * p + 1], hi = a->bsums[4 * p + 2] + a->bsums[4 * p + 3];
+		a->pairs[p] = (int32_t)(((uint32_t)(uint16_t)lo) | ((uint32_t)(uint16_t)hi << 16));
+	}
+	for (int g = 0; g < 16; g++) a->off6[g] = -32 * a->bsums[g];
 }
 
 static int quantize_acts(uint32_t type, const float *x, int64_t cols, int64_t n, void *qx) {

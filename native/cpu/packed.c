@@ -88,6 +88,17 @@ static inline __m512i dp(__m512i acc, __m512i u, __m512i a) {
 #endif
 }
 
+/* dpb is dp with a broadcast of the int32 at q: with VNNI one vpdpbusd
+ * that loads it itself ({1to16}; packed_k.c's kdpb). */
+static inline __attribute__((always_inline)) __m512i dpb(__m512i acc, __m512i u, const int8_t *q) {
+#if defined(__AVX512VNNI__)
+	__asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int32_t *)q));
+	return acc;
+#else
+	return dp(acc, u, _mm512_set1_epi32(ld32(q)));
+#endif
+}
+
 /* dp8 adds Q8_0's products: u holds codes + 128. With VNNI the caller takes
  * off 128 × the activation sum; without, the codes are made signed again
  * and multiplied as |w| × (a with w's sign), which fits maddubs's int16. */
@@ -105,6 +116,15 @@ static inline __m512i dp8(__m512i acc, __m512i u, __m512i a) {
 #define Q8_OFFSET 128
 #else
 #define Q8_OFFSET 0
+#endif
+
+/* X16 is set where tiles with a chain for each nibble use Q4_0's high
+ * nibbles in place, as 16 times the code (packed_k.c's KX16 says why only
+ * with VNNI); the chain's sum is shifted back once a block. */
+#if defined(__AVX512VNNI__)
+#define X16 1
+#else
+#define X16 0
 #endif
 
 /* fifth512 adds Q5_0's fifth bits to chunk k's codes: bit k of byte b of
@@ -146,31 +166,41 @@ static inline __attribute__((always_inline)) void tile(uint32_t type, const uint
 		if (type != 8) {
 			for (int k = 0; k < 4; k++) {
 				__m512i raw = _mm512_loadu_si512(c + 64 * k);
-				__m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+				__asm__("" : "+v"(raw)); /* one load (packed_k.c's kblock says why) */
+				__m512i lo = _mm512_and_si512(raw, m4),
+				        hi = X16 && type == 2 && two ? _mm512_andnot_si512(m4, raw) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
 				if (type == 6) fifth512(c + 256, k, &lo, &hi);
 				for (int v = 0; v < nv; v++) {
 					const int8_t *q = qx[v * nb + i].q;
-					s0[v] = dp(s0[v], lo, _mm512_set1_epi32(ld32(q + 4 * k)));
+					s0[v] = dpb(s0[v], lo, q + 4 * k);
 					if (two)
-						s1[v] = dp(s1[v], hi, _mm512_set1_epi32(ld32(q + 16 + 4 * k)));
+						s1[v] = dpb(s1[v], hi, q + 16 + 4 * k);
 					else
-						s0[v] = dp(s0[v], hi, _mm512_set1_epi32(ld32(q + 16 + 4 * k)));
+						s0[v] = dpb(s0[v], hi, q + 16 + 4 * k);
 				}
 			}
 		} else {
 			for (int k = 0; k < 8; k++) {
 				__m512i u = _mm512_loadu_si512(c + 64 * k);
 				for (int v = 0; v < nv; v++) {
+#if defined(__AVX512VNNI__)
+					const int8_t *q = qx[v * nb + i].q + 4 * k;
+					if (two && (k & 1))
+						s1[v] = dpb(s1[v], u, q);
+					else
+						s0[v] = dpb(s0[v], u, q);
+#else
 					__m512i a = _mm512_set1_epi32(ld32(qx[v * nb + i].q + 4 * k));
 					if (two && (k & 1))
 						s1[v] = dp8(s1[v], u, a);
 					else
 						s0[v] = dp8(s0[v], u, a);
+#endif
 				}
 			}
 		}
 		for (int v = 0; v < nv; v++) {
-			__m512i s = two ? _mm512_add_epi32(s0[v], s1[v]) : s0[v];
+			__m512i s = !two ? s0[v] : _mm512_add_epi32(s0[v], X16 && type == 2 ? _mm512_srai_epi32(s1[v], 4) : s1[v]);
 			__m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(qx[v * nb + i].d));
 			acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(_mm512_cvtepi32_ps(s), dd));
 		}
