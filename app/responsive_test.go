@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -128,10 +129,12 @@ func (u *uiTimer) do(what string, f func()) {
 
 // until keeps the window busy (switching tabs, each switch a UI call)
 // until cond holds, failing after 15 minutes (a hang guard: a long
-// prefill step under -race on a busy two-core machine took over five).
+// prefill step under -race on a busy two-core machine took over five), or
+// as soon as the engine has lost a request (lost).
 func (u *uiTimer) until(what string, tabs interface{ SelectIndex(int) }, cond func() bool) {
 	u.t.Helper()
 	deadline := time.Now().Add(15 * time.Minute)
+	var seen *engine.Snapshot // a snapshot that showed a lost request
 	for i := 0; ; i++ {
 		ok := false
 		u.do("switching tabs while waiting for "+what, func() {
@@ -144,8 +147,39 @@ func (u *uiTimer) until(what string, tabs interface{ SelectIndex(int) }, cond fu
 		if time.Now().After(deadline) {
 			u.t.Fatalf("timed out waiting for %s", what)
 		}
+		if u.e != nil && i%100 == 99 {
+			// Once (2026-12-07, a fresh clone's make test) this test
+			// waited for the short reply past the guard, its request
+			// live and the engine's goroutine idle; 40 runs of it alone
+			// did not do it again. Two looks seconds apart that find the
+			// engine so fail with its events.
+			if s := u.e.Snapshot(); lost(s) && seen != nil {
+				u.t.Fatalf("waiting for %s: the engine holds %d live requests %+v but nothing waits, runs or is swapped out (paused %v), and it is idle; its events:\n%s",
+					what, len(s.Requests), s.Requests, s.Paused, eventLog(u.e))
+			} else if lost(s) {
+				seen = s
+			} else {
+				seen = nil
+			}
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// lost reports whether snapshot s shows requests the scheduler no longer
+// holds while it is not paused: the engine would never end them.
+func lost(s *engine.Snapshot) bool {
+	return s != nil && !s.Paused && len(s.Requests) > 0 && s.Waiting+s.Running+s.Swapped == 0
+}
+
+// eventLog returns e's events, one a line.
+func eventLog(e *engine.Engine) string {
+	evs, _, _ := e.Events(0, 1<<20)
+	var b strings.Builder
+	for _, ev := range evs {
+		fmt.Fprintf(&b, "%d step %d %s request %d seq %d: %s\n", ev.ID, ev.Step, ev.Kind, ev.Request, ev.Seq, ev.Text)
+	}
+	return b.String()
 }
 
 // longPrompt returns text that is n tokens long on e's tokenizer.
