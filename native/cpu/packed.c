@@ -77,28 +77,6 @@ static inline __attribute__((always_inline)) void prefetch(uint32_t type, const 
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 
-/* dp adds, to lane m of acc, the four products of unsigned bytes u and
- * signed bytes a in lane m (u*a pairs fit int16 for the callers: u < 16,
- * or Q8_0's path below). */
-static inline __m512i dp(__m512i acc, __m512i u, __m512i a) {
-#if defined(__AVX512VNNI__)
-	return _mm512_dpbusd_epi32(acc, u, a);
-#else
-	return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, a), _mm512_set1_epi16(1)));
-#endif
-}
-
-/* dpb is dp with a broadcast of the int32 at q: with VNNI one vpdpbusd
- * that loads it itself ({1to16}; packed_k.c's kdpb). */
-static inline __attribute__((always_inline)) __m512i dpb(__m512i acc, __m512i u, const int8_t *q) {
-#if defined(__AVX512VNNI__)
-	__asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int32_t *)q));
-	return acc;
-#else
-	return dp(acc, u, _mm512_set1_epi32(ld32(q)));
-#endif
-}
-
 /* dp8 adds Q8_0's products: u holds codes + 128. With VNNI the caller takes
  * off 128 × the activation sum; without, the codes are made signed again
  * and multiplied as |w| × (a with w's sign), which fits maddubs's int16. */
@@ -116,15 +94,6 @@ static inline __m512i dp8(__m512i acc, __m512i u, __m512i a) {
 #define Q8_OFFSET 128
 #else
 #define Q8_OFFSET 0
-#endif
-
-/* X16 is set where tiles with a chain for each nibble use Q4_0's high
- * nibbles in place, as 16 times the code (packed_k.c's KX16 says why only
- * with VNNI); the chain's sum is shifted back once a block. */
-#if defined(__AVX512VNNI__)
-#define X16 1
-#else
-#define X16 0
 #endif
 
 /* fifth512 adds Q5_0's fifth bits to chunk k's codes: bit k of byte b of
@@ -172,11 +141,11 @@ static inline __attribute__((always_inline)) void tile(uint32_t type, const uint
 				if (type == 6) fifth512(c + 256, k, &lo, &hi);
 				for (int v = 0; v < nv; v++) {
 					const int8_t *q = qx[v * nb + i].q;
-					s0[v] = dpb(s0[v], lo, q + 4 * k);
+					s0[v] = dp512b(s0[v], lo, q + 4 * k);
 					if (two)
-						s1[v] = dpb(s1[v], hi, q + 16 + 4 * k);
+						s1[v] = dp512b(s1[v], hi, q + 16 + 4 * k);
 					else
-						s0[v] = dpb(s0[v], hi, q + 16 + 4 * k);
+						s0[v] = dp512b(s0[v], hi, q + 16 + 4 * k);
 				}
 			}
 		} else {
@@ -186,9 +155,9 @@ static inline __attribute__((always_inline)) void tile(uint32_t type, const uint
 #if defined(__AVX512VNNI__)
 					const int8_t *q = qx[v * nb + i].q + 4 * k;
 					if (two && (k & 1))
-						s1[v] = dpb(s1[v], u, q);
+						s1[v] = dp512b(s1[v], u, q);
 					else
-						s0[v] = dpb(s0[v], u, q);
+						s0[v] = dp512b(s0[v], u, q);
 #else
 					__m512i a = _mm512_set1_epi32(ld32(qx[v * nb + i].q + 4 * k));
 					if (two && (k & 1))

@@ -14,8 +14,8 @@
  * float steps a block, so every path gives the scalar path's bits.
  *
  * With VNNI a Q4_K chunk costs five instructions a vector: one load, two
- * masks (the high nibble left in place, KX16), two vpdpbusd that broadcast
- * their own activations (kdpb). Against a load folded into both masks, a
+ * masks (the high nibble left in place, X16), two vpdpbusd that broadcast
+ * their own activations (dp512b, simd.h). Against a load folded into both masks, a
  * shift, and separate broadcasts, a 256×2048 product from L2 on one core
  * ran 21% faster with one vector, 10% with two and 7% with eight (Q6_K,
  * with its offsets read from the activations: 10%, 19%, 23%). From memory
@@ -95,35 +95,6 @@ static inline int32_t bpair(const struct act256 *a, int p) { return a->pairs[p];
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 
-static inline __m512i kdp(__m512i acc, __m512i u, __m512i a) {
-#if defined(__AVX512VNNI__)
-	return _mm512_dpbusd_epi32(acc, u, a);
-#else
-	return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, a), _mm512_set1_epi16(1)));
-#endif
-}
-
-/* kdpb is kdp with a broadcast of the int32 at q: with VNNI one vpdpbusd
- * that loads it itself ({1to16}; GCC emits a vpbroadcastd of its own for
- * each, one more instruction a product). */
-static inline __attribute__((always_inline)) __m512i kdpb(__m512i acc, __m512i u, const int8_t *q) {
-#if defined(__AVX512VNNI__)
-	__asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int32_t *)q));
-	return acc;
-#else
-	return kdp(acc, u, _mm512_set1_epi32(ld32k(q)));
-#endif
-}
-
-/* KX16 is set where Q4_K's high nibbles are used in place, as 16 times the
- * code (one vpandnd instead of a shift and a mask): vpdpbusd sums them in
- * int32, exactly; vpmaddubsw's int16 pairs would saturate (2 · 240 · 127). */
-#if defined(__AVX512VNNI__)
-#define KX16 1
-#else
-#define KX16 0
-#endif
-
 /* kblock adds block b's products with vectors a[0], a[nb], ... (nv of them)
  * to acc. A run's sums go into ch chains a vector and nibble, chunk c into
  * chain c % ch, added at the run's end: runs of eight chunks (Q4_K, Q5_K)
@@ -157,7 +128,7 @@ static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8
 			/* Q4_K's high nibbles stay in place, as 16 times the code: the
 			 * run's sum is shifted back once (it is a multiple of 16). */
 			__m512i lo = _mm512_and_si512(raw, m4),
-			        hi = t == 12 && KX16 ? _mm512_andnot_si512(m4, raw) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+			        hi = t == 12 && X16 ? _mm512_andnot_si512(m4, raw) : _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
 			if (t == 13) {
 				__m512i hb = _mm512_loadu_si512(b + pkk_high(t, k / 4)), m = _mm512_set1_epi8(16);
 				const int s = k % 4;
@@ -175,14 +146,14 @@ static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8
 			}
 			for (int v = 0; v < nv; v++) {
 				const int8_t *q = a[v * nb].q;
-				tl[c % ch][v] = kdpb(tl[c % ch][v], lo, q + 4 * k);
-				th[c % ch][v] = kdpb(th[c % ch][v], hi, q + 128 + 4 * k);
+				tl[c % ch][v] = dp512b(tl[c % ch][v], lo, q + 4 * k);
+				th[c % ch][v] = dp512b(th[c % ch][v], hi, q + 128 + 4 * k);
 			}
 		}
 		if (ch == 2)
 			for (int v = 0; v < nv; v++)
 				tl[0][v] = _mm512_add_epi32(tl[0][v], tl[1][v]), th[0][v] = _mm512_add_epi32(th[0][v], th[1][v]);
-		if (t == 12 && KX16)
+		if (t == 12 && X16)
 			for (int v = 0; v < nv; v++) th[0][v] = _mm512_srai_epi32(th[0][v], 4);
 		const uint8_t *sc = b + pkk_scales(t);
 		__m128i sl = _mm_loadu_si128((const __m128i *)(sc + 16 * u)),

@@ -221,6 +221,44 @@ static inline __m256i lanes_v(__m256i u, __m256i q) {
 }
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* dp512 adds, to each int32 lane of acc, the four products of unsigned
+ * bytes u and signed bytes a in it (the packed kernels): vpdpbusd with
+ * VNNI; without, vpmaddubsw's int16 pairs must not saturate (u < 128, or
+ * the caller makes them fit). */
+static inline __m512i dp512(__m512i acc, __m512i u, __m512i a) {
+#if defined(__AVX512VNNI__)
+	return _mm512_dpbusd_epi32(acc, u, a);
+#else
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, a), _mm512_set1_epi16(1)));
+#endif
+}
+
+/* X16 is set where a nibble type's high nibbles can be used in place, as
+ * 16 times the code (one mask a chunk instead of a shift and a mask; the
+ * sum shifted back once): vpdpbusd sums them exactly in int32, where
+ * vpmaddubsw's int16 pairs would saturate (2 · 240 · 127). */
+#if defined(__AVX512VNNI__)
+#define X16 1
+#else
+#define X16 0
+#endif
+
+/* dp512b is dp512 with the int32 at q in every lane: with VNNI one
+ * vpdpbusd that loads it itself ({1to16}; GCC emits a vpbroadcastd of its
+ * own for each, one more instruction a product). */
+static inline __attribute__((always_inline)) __m512i dp512b(__m512i acc, __m512i u, const int8_t *q) {
+#if defined(__AVX512VNNI__)
+	__asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int32_t *)q));
+	return acc;
+#else
+	int32_t v;
+	memcpy(&v, q, 4);
+	return dp512(acc, u, _mm512_set1_epi32(v));
+#endif
+}
+#endif
+
 /* lanes_u8s8 returns the lane sums of u*q (codes u < 128, q within ±127). */
 static inline kvs_i8 lanes_u8s8(kvs_u32 u, const int8_t *q) {
 #if defined(__AVX2__)
