@@ -77,13 +77,15 @@ static inline __attribute__((always_inline)) void prefetch(uint32_t type, const 
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 
-/* dp8 adds Q8_0's products: u holds codes + 128. With VNNI the caller takes
- * off 128 × the activation sum; without, the codes are made signed again
- * and multiplied as |w| × (a with w's sign), which fits maddubs's int16. */
-static inline __m512i dp8(__m512i acc, __m512i u, __m512i a) {
+/* dp8 adds Q8_0's products with the four activation codes at q: u holds
+ * codes + 128. With VNNI the caller takes off 128 × the activation sum;
+ * without, the codes are made signed again and multiplied as |w| × (a
+ * with w's sign), which fits maddubs's int16. */
+static inline __attribute__((always_inline)) __m512i dp8(__m512i acc, __m512i u, const int8_t *q) {
 #if defined(__AVX512VNNI__)
-	return _mm512_dpbusd_epi32(acc, u, a);
+	return dp512b(acc, u, q);
 #else
+	__m512i a = _mm512_set1_epi32(ld32(q));
 	__m512i w = _mm512_xor_si512(u, _mm512_set1_epi8((char)0x80));
 	__m512i sa = _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), _mm512_setzero_si512(), a);
 	return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sa), _mm512_set1_epi16(1)));
@@ -152,19 +154,11 @@ static inline __attribute__((always_inline)) void tile(uint32_t type, const uint
 			for (int k = 0; k < 8; k++) {
 				__m512i u = _mm512_loadu_si512(c + 64 * k);
 				for (int v = 0; v < nv; v++) {
-#if defined(__AVX512VNNI__)
 					const int8_t *q = qx[v * nb + i].q + 4 * k;
 					if (two && (k & 1))
-						s1[v] = dp512b(s1[v], u, q);
+						s1[v] = dp8(s1[v], u, q);
 					else
-						s0[v] = dp512b(s0[v], u, q);
-#else
-					__m512i a = _mm512_set1_epi32(ld32(qx[v * nb + i].q + 4 * k));
-					if (two && (k & 1))
-						s1[v] = dp8(s1[v], u, a);
-					else
-						s0[v] = dp8(s0[v], u, a);
-#endif
+						s0[v] = dp8(s0[v], u, q);
 				}
 			}
 		}
