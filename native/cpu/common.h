@@ -67,7 +67,7 @@ struct act32 {
 struct act256 {
 	float d;
 	int16_t bsums[16];
-	int32_t pairs[4]; /* (bsums[4p]+bsums[4p+1]) | (bsums[4p+2]+bsums[4p+3]) << 16, as int16 */
+	int32_t pairs[4]; /* (bsums[4p]+bsums[4p+1]) | (bsums[4p+2]+bsums[4p+3]) << 16, as int16: sub-blocks 2p and 2p+1 for vpmaddwd */
 	int32_t off6[16]; /* -32*bsums[g]: Q6_K's offset of 32 times the codes' sums */
 	int8_t q[256];
 };

@@ -88,9 +88,6 @@ static inline __attribute__((always_inline)) void kprefetch(uint32_t t, const ui
 	for (int64_t l = 0; l < pkk_block_bytes(t); l += 64) _mm_prefetch((const char *)b + PFK + l, _MM_HINT_T1);
 }
 
-/* bpair returns the activations' sums of sub-blocks 2p and 2p+1 (32
- * codes each) as the low and high int16 of an int32, for vpmaddwd. */
-static inline int32_t bpair(const struct act256 *a, int p) { return a->pairs[p]; }
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
@@ -174,7 +171,7 @@ static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8
 	for (int p = 0; p < 4; p++) mn[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(b + pkk_mins(t) + 32 * p)));
 	for (int v = 0; v < nv; v++) {
 		__m512i ms = _mm512_setzero_si512();
-		for (int p = 0; p < 4; p++) ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[p], _mm512_set1_epi32(bpair(&a[v * nb], p))));
+		for (int p = 0; p < 4; p++) ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[p], _mm512_set1_epi32(a[v * nb].pairs[p])));
 		__m512 dx = _mm512_set1_ps(a[v * nb].d);
 		acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(_mm512_cvtepi32_ps(isum[v]), _mm512_mul_ps(d, dx)));
 		acc[v] = _mm512_sub_ps(acc[v], _mm512_mul_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dm, dx)));
@@ -326,7 +323,7 @@ static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8
 		for (int p = 0; p < 4; p++) mn[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + pkk_mins(t) + 32 * p + 16 * hh)));
 		for (int v = 0; v < nv; v++) {
 			__m256i ms = _mm256_setzero_si256();
-			for (int p = 0; p < 4; p++) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mn[p], _mm256_set1_epi32(bpair(&a[v * nb], p))));
+			for (int p = 0; p < 4; p++) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mn[p], _mm256_set1_epi32(a[v * nb].pairs[p])));
 			__m256 dx = _mm256_set1_ps(a[v * nb].d);
 			acc[h][v] = _mm256_add_ps(acc[h][v], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[h][v]), _mm256_mul_ps(d, dx)));
 			acc[h][v] = _mm256_sub_ps(acc[h][v], _mm256_mul_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm, dx)));
