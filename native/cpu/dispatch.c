@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 
 #include "common.h"
+#include "packed_layout.h"
 #include <stdlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -180,7 +181,7 @@ struct mm_job {
 	int packed;
 };
 
-void kvs_pack_group(uint32_t type, int64_t rows, int64_t cols, int64_t g, const uint8_t *w, uint8_t *gp);
+void kvs_pack_group(uint32_t type, int64_t rows, int64_t cols, int64_t g, const uint8_t *w, uint8_t *packed);
 
 /* repacked reports whether kvs_matmul computes type on its packed form (so
  * that both give the same bits): types whose only kernels are packed. */
@@ -229,6 +230,13 @@ int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t
 	return kvs_par(row1 - row0, KVS_PACK_ROWS, (row1 - row0) * cols * n >= SERIAL_WORK, mm_part, &j);
 }
 
+/* punit is the rows a thread's range of a packed matrix holds a multiple
+ * of: whole super-groups (packed_layout.h), so that each range is one run
+ * of memory. */
+static int64_t punit(uint32_t type, int64_t cols) {
+	return KVS_PACK_ROWS * pk_super(type, cols / (type >= 12 ? 256 : 32));
+}
+
 int kvs_matmul_packed(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0, int64_t row1,
                       const void *qx, int64_t n, float *out) {
 	int64_t size = kvs_packed_bytes(type, rows, cols);
@@ -238,7 +246,7 @@ int kvs_matmul_packed(uint32_t type, const void *wp, int64_t rows, int64_t cols,
 		return KVS_ERR_ARG;
 	if (row0 == row1 || n == 0) return KVS_OK;
 	struct mm_job j = {ops(), type, wp, rows, cols, row0, NULL, qx, n, out, 1};
-	return kvs_par(row1 - row0, KVS_PACK_ROWS, (row1 - row0) * cols * n >= SERIAL_WORK, mm_part, &j);
+	return kvs_par(row1 - row0, punit(type, cols), (row1 - row0) * cols * n >= SERIAL_WORK, mm_part, &j);
 }
 
 /* mmn_job is kvs_matmul_packed_n's: the matrices' groups as one run of
@@ -281,9 +289,10 @@ int kvs_matmul_packed_n(int32_t count, const uint32_t *types, const void *const 
 		if ((types[i] >= 12) != (types[0] >= 12) || !packed[i] || !outs[i]) return KVS_ERR_ARG;
 		j.g0[i + 1] = j.g0[i] + (rows[i] + KVS_PACK_ROWS - 1) / KVS_PACK_ROWS;
 	}
-	int64_t total = KVS_PACK_ROWS * j.g0[count];
+	int64_t total = KVS_PACK_ROWS * j.g0[count], unit = KVS_PACK_ROWS;
+	for (int i = 0; i < count; i++) unit = punit(types[i], cols) > unit ? punit(types[i], cols) : unit;
 	if (n == 0) return KVS_OK;
-	return kvs_par(total, KVS_PACK_ROWS, total * cols * n >= SERIAL_WORK, mmn_part, &j);
+	return kvs_par(total, unit, total * cols * n >= SERIAL_WORK, mmn_part, &j);
 }
 
 int kvs_rmsnorm(float *out, const float *x, const float *weight, int64_t n, int64_t dim, float eps) {

@@ -52,17 +52,19 @@ static inline int32_t kcode(uint32_t t, const uint8_t *b, int r, int e) {
 	return q;
 }
 
-/* kref is the scalar definition (the scalar and NEON paths run it). */
-static void kref(uint32_t t, const uint8_t *gp, int64_t rows, int64_t nb, int64_t g, const struct act256 *qx,
-                 int64_t n, float *out) {
+/* kref is the scalar definition (the scalar and NEON paths run it): the
+ * segment at sp of group g, blocks [i0, i0 + cnt) of nb a row, its sums
+ * carried on from out where i0 > 0 (packed_layout.h's panels). */
+static void kref(uint32_t t, const uint8_t *sp, int64_t rows, int64_t nb, int64_t g, int64_t i0, int64_t cnt,
+                 const struct act256 *qx, int64_t n, float *out) {
 	const int ns = (int)pkk_sub_blocks(t), ss = 256 / ns;
 	const int64_t bb = pkk_block_bytes(t);
 	for (int64_t v = 0; v < n; v++)
 		for (int r = 0; r < PR && g * PR + r < rows; r++) {
-			float acc = 0;
-			for (int64_t i = 0; i < nb; i++) {
-				const uint8_t *b = gp + i * bb;
-				const struct act256 *a = qx + v * nb + i;
+			float acc = i0 ? out[v * rows + g * PR + r] : 0;
+			for (int64_t i = 0; i < cnt; i++) {
+				const uint8_t *b = sp + i * bb;
+				const struct act256 *a = qx + v * nb + i0 + i;
 				int32_t isum = 0, msum = 0;
 				for (int s = 0; s < ns; s++) {
 					int32_t sum = 0;
@@ -178,15 +180,17 @@ static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8
 	}
 }
 
-/* ktile computes one group for vectors [0, nv) (nv <= 8), four at a time
- * within each block, so that each block's codes are read from memory once. */
-static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_t *gp, int64_t nb,
+/* ktile computes cnt blocks of one group (from gp; activations from qx, nb
+ * blocks a vector) for vectors [0, nv) (nv <= 8), four at a time within
+ * each block, so that each block's codes are read from memory once; the
+ * sums start from out unless first. */
+static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_t *gp, int64_t nb, int64_t cnt,
                                                        const struct act256 *qx, float *out, int64_t rows,
-                                                       __mmask16 valid, int pf, const int nv) {
+                                                       __mmask16 valid, int pf, int first, const int nv) {
 	__m512 acc[8];
-	for (int v = 0; v < nv; v++) acc[v] = _mm512_setzero_ps();
+	for (int v = 0; v < nv; v++) acc[v] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, out + v * rows);
 	const int64_t bb = pkk_block_bytes(t);
-	for (int64_t i = 0; i < nb; i++) {
+	for (int64_t i = 0; i < cnt; i++) {
 		const uint8_t *b = gp + i * bb;
 		if (pf && nv > 2) kprefetch(t, b);
 		if (nv <= 4) {
@@ -199,15 +203,17 @@ static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_
 	for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(out + v * rows, valid, acc[v]);
 }
 
-static inline __attribute__((always_inline)) void kgroup(uint32_t t, const uint8_t *wp, int64_t rows, int64_t nb,
-                                                        int64_t g, const struct act256 *qx, int64_t n, float *out) {
-	const uint8_t *gp = wp + g * nb * pkk_block_bytes(t);
+/* kseg computes the segment at sp of group g (blocks [i0, i0 + cnt)) for
+ * all n vectors. */
+static inline __attribute__((always_inline)) void kseg(uint32_t t, const uint8_t *sp, int64_t rows, int64_t nb,
+                                                      int64_t g, int64_t i0, int64_t cnt, const struct act256 *qx,
+                                                      int64_t n, float *out) {
 	int64_t left = rows - g * PR;
 	__mmask16 valid = left >= PR ? 0xffff : (__mmask16)((1u << left) - 1);
 	for (int64_t v0 = 0; v0 < n; v0 += 8) {
-		const struct act256 *a = qx + v0 * nb;
+		const struct act256 *a = qx + v0 * nb + i0;
 		float *o = out + g * PR + v0 * rows;
-#define T(NVC) ktile(t, gp, nb, a, o, rows, valid, v0 == 0, NVC)
+#define T(NVC) ktile(t, sp, nb, cnt, a, o, rows, valid, v0 == 0, i0 == 0, NVC)
 		KVS_TILES(n - v0, T)
 #undef T
 	}
@@ -331,6 +337,20 @@ static inline __attribute__((always_inline)) void kblock(uint32_t t, const uint8
 	}
 }
 
+/* kload reads half h of a group's outputs for nv vectors (valid rows):
+ * the sums of the panels before. */
+static inline void kload(__m256 *acc, const float *out, int64_t rows, int valid, int nv) {
+	for (int v = 0; v < nv; v++) {
+		if (valid >= 8) {
+			acc[v] = _mm256_loadu_ps(out + v * rows);
+		} else {
+			float tmp[8] = {0};
+			for (int r = 0; r < valid; r++) tmp[r] = out[v * rows + r];
+			acc[v] = _mm256_loadu_ps(tmp);
+		}
+	}
+}
+
 /* kstore writes half h of a group's outputs for nv vectors (valid rows). */
 static inline void kstore(const __m256 *acc, float *out, int64_t rows, int valid, int nv) {
 	for (int v = 0; v < nv; v++) {
@@ -344,21 +364,24 @@ static inline void kstore(const __m256 *acc, float *out, int64_t rows, int valid
 	}
 }
 
-/* ktile computes one group for vectors [0, nv) (nv <= 8): up to two
- * vectors with both halves in one pass over each block (so that every
- * line is read once, and the activations broadcast once for both), more
- * four at a time, a half at a time (so that each half's codes are decoded
- * once for four vectors). */
-static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_t *gp, int64_t nb,
+/* ktile computes cnt blocks of one group (from gp; activations from qx, nb
+ * blocks a vector) for vectors [0, nv) (nv <= 8), the sums starting from
+ * out unless first: up to two vectors with both halves in one pass over
+ * each block (so that every line is read once, and the activations
+ * broadcast once for both), more four at a time, a half at a time (so that
+ * each half's codes are decoded once for four vectors). */
+static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_t *gp, int64_t nb, int64_t cnt,
                                                        const struct act256 *qx, float *out, int64_t rows,
-                                                       int left, int pf, const int nv) {
+                                                       int left, int pf, int first, const int nv) {
 	const int64_t bb = pkk_block_bytes(t);
 	const int nh = left > 8 ? 2 : 1;
 	if (nv <= 2) {
 		__m256 acc[2][4];
 		for (int h = 0; h < 2; h++)
 			for (int v = 0; v < nv; v++) acc[h][v] = _mm256_setzero_ps();
-		for (int64_t i = 0; i < nb; i++) {
+		if (!first)
+			for (int h = 0; h < nh; h++) kload(acc[h], out + 8 * h, rows, left - 8 * h, nv);
+		for (int64_t i = 0; i < cnt; i++) {
 			const uint8_t *b = gp + i * bb;
 			if (nh == 2)
 				kblock(t, b, qx + i, nb, acc, 0, 2, nv, pf);
@@ -372,7 +395,8 @@ static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_
 		for (int v0 = 0; v0 < nv; v0 += 4) {
 			__m256 acc[2][4];
 			for (int v = 0; v < 4; v++) acc[0][v] = _mm256_setzero_ps();
-			for (int64_t i = 0; i < nb; i++) {
+			if (!first) kload(acc[0], out + 8 * h + v0 * rows, rows, left - 8 * h, nv - v0 < 4 ? nv - v0 : 4);
+			for (int64_t i = 0; i < cnt; i++) {
 				const uint8_t *b = gp + i * bb;
 				const int p = pf && h == 0 && v0 == 0;
 				if (nv - v0 >= 4)
@@ -388,14 +412,14 @@ static inline __attribute__((always_inline)) void ktile(uint32_t t, const uint8_
 		}
 }
 
-static inline __attribute__((always_inline)) void kgroup(uint32_t t, const uint8_t *wp, int64_t rows, int64_t nb,
-                                                        int64_t g, const struct act256 *qx, int64_t n, float *out) {
-	const uint8_t *gp = wp + g * nb * pkk_block_bytes(t);
+static inline __attribute__((always_inline)) void kseg(uint32_t t, const uint8_t *sp, int64_t rows, int64_t nb,
+                                                      int64_t g, int64_t i0, int64_t cnt, const struct act256 *qx,
+                                                      int64_t n, float *out) {
 	int left = rows - g * PR >= PR ? PR : (int)(rows - g * PR);
 	for (int64_t v0 = 0; v0 < n; v0 += 8) {
-		const struct act256 *a = qx + v0 * nb;
+		const struct act256 *a = qx + v0 * nb + i0;
 		float *o = out + g * PR + v0 * rows;
-#define T(NVC) ktile(t, gp, nb, a, o, rows, left, v0 == 0, NVC)
+#define T(NVC) ktile(t, sp, nb, cnt, a, o, rows, left, v0 == 0, i0 == 0, NVC)
 		KVS_TILES(n - v0, T)
 #undef T
 	}
@@ -403,12 +427,24 @@ static inline __attribute__((always_inline)) void kgroup(uint32_t t, const uint8
 
 #else
 
-static inline __attribute__((always_inline)) void kgroup(uint32_t t, const uint8_t *wp, int64_t rows, int64_t nb,
-                                                        int64_t g, const struct act256 *qx, int64_t n, float *out) {
-	kref(t, wp + g * nb * pkk_block_bytes(t), rows, nb, g, qx, n, out);
+static inline __attribute__((always_inline)) void kseg(uint32_t t, const uint8_t *sp, int64_t rows, int64_t nb,
+                                                      int64_t g, int64_t i0, int64_t cnt, const struct act256 *qx,
+                                                      int64_t n, float *out) {
+	kref(t, sp, rows, nb, g, i0, cnt, qx, n, out);
 }
 
 #endif
+
+/* kmatmul computes rows [row0, row1) segment by segment, in memory order. */
+static inline __attribute__((always_inline)) void kmatmul(uint32_t t, const void *wp, int64_t rows, int64_t cols,
+                                                         int64_t row0, int64_t row1, const void *qx, int64_t n,
+                                                         float *out) {
+	const int64_t nb = cols / 256, groups = (rows + PR - 1) / PR;
+	const uint8_t *w = wp;
+#define S(g, i0, cnt, off) kseg(t, w + (off), rows, nb, g, i0, cnt, qx, n, out)
+	PK_SEGMENTS(t, groups, nb, row0 / PR, (row1 + PR - 1) / PR, S);
+#undef S
+}
 
 /* kvs_matmul_packed_k is kvs_matmul_packed for the K-quants (packed.c
  * hands them over). */
@@ -417,14 +453,10 @@ int KVS_FN(kvs_matmul_packed_k)(uint32_t type, const void *wp, int64_t rows, int
 int KVS_FN(kvs_matmul_packed_k)(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0,
                                 int64_t row1, const void *qx, int64_t n, float *out) {
 	(void)kref;
-	int64_t nb = cols / 256;
-	const struct act256 *a = qx;
-	for (int64_t g = row0 / PR; g * PR < row1; g++) {
-		switch (type) {
-		case 12: kgroup(12, wp, rows, nb, g, a, n, out); break;
-		case 13: kgroup(13, wp, rows, nb, g, a, n, out); break;
-		default: kgroup(14, wp, rows, nb, g, a, n, out); break;
-		}
+	switch (type) {
+	case 12: kmatmul(12, wp, rows, cols, row0, row1, qx, n, out); break;
+	case 13: kmatmul(13, wp, rows, cols, row0, row1, qx, n, out); break;
+	default: kmatmul(14, wp, rows, cols, row0, row1, qx, n, out); break;
 	}
 	return KVS_OK;
 }

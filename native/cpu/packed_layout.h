@@ -50,6 +50,65 @@ static inline int64_t pkk_code(uint32_t t, int k) {
 /* pkk_high is where high-bit line L (Q5_K 0..7, Q6_K 0..15) starts. */
 static inline int64_t pkk_high(uint32_t t, int L) { return PKK_META + 64 * (t == 13 ? 5 * L + 4 : 3 * L + 2); }
 
+/* pk_blocks_bytes is the bytes of a group of n blocks a row. */
+static inline int64_t pk_blocks_bytes(uint32_t t, int64_t n) {
+	return t >= 12 ? n * pkk_block_bytes(t) : pk32_group_bytes(t, n);
+}
+
+/* Panels (K-quants). A group's blocks are read once for each vector's
+ * activations, which the kernels read again for every group: where a group
+ * is longer than about the L1 cache (PK_PANEL_MIN bytes), streaming it
+ * evicts the activations before the next group needs them, and a
+ * one-vector product read its weights from memory 10-20% slower (a
+ * 2048x5632 Q4_K matrix against 5632x2048, one core; kept at 3 KB by
+ * reading wrong activations, 12-15% faster). Such a matrix is stored in super-groups of
+ * PK_SUPER groups (the last may have fewer), each cut into panels of
+ * pk_panel_blocks blocks (about PK_PANEL bytes of a group; the last panel
+ * may be narrower): a super-group holds panel 0 of each of its groups, then
+ * panel 1 of each, and so on, each group's part of a panel laid out as a
+ * group of that many blocks (its segment). The kernels read a super-group
+ * front to back, carrying each group's sums from panel to panel in the
+ * outputs, so a panel's activations stay in L1 across the super-group's
+ * groups and every core still streams one run of memory. A matrix whose
+ * groups are short has one panel and groups one after another. */
+enum { PK_SUPER = 4, PK_PANEL = 16384, PK_PANEL_MIN = 40960 };
+
+/* pk_panel_blocks is how many blocks of a row one panel holds (nb: no
+ * panels). Q4_0, Q5_0 and Q8_0 keep their groups whole: their kernels
+ * (packed.c) taking panels, a 5632x2048 Q8_0 product from memory, with no
+ * panels in it, ran at 0.81 of kvs_sum64's rate against 0.98 before. */
+static inline int64_t pk_panel_blocks(uint32_t t, int64_t nb) {
+	int64_t gb = pk_blocks_bytes(t, nb);
+	if (t < 12 || gb <= PK_PANEL_MIN) return nb;
+	int64_t np = (gb + PK_PANEL - 1) / PK_PANEL;
+	return (nb + np - 1) / np;
+}
+
+/* pk_super is how many groups a super-group holds (1: no panels). */
+static inline int64_t pk_super(uint32_t t, int64_t nb) { return pk_panel_blocks(t, nb) < nb ? PK_SUPER : 1; }
+
+/* pk_segment is where group g's blocks from i0 (a multiple of
+ * pk_panel_blocks) to the end of their panel lie, for groups groups of nb
+ * blocks a row. */
+static inline int64_t pk_segment(uint32_t t, int64_t groups, int64_t nb, int64_t g, int64_t i0) {
+	const int64_t pb = pk_panel_blocks(t, nb), sg = pk_super(t, nb), s = g / sg;
+	const int64_t k = groups - s * sg < sg ? groups - s * sg : sg, w = nb - i0 < pb ? nb - i0 : pb;
+	return s * sg * pk_blocks_bytes(t, nb) + k * pk_blocks_bytes(t, i0) + g % sg * pk_blocks_bytes(t, w);
+}
+
+/* PK_SEGMENTS runs S(g, i0, w, off) for each segment of groups [g0, g1)
+ * of a matrix of groups groups (nb blocks a row), in the order they lie
+ * in memory: segment (g, i0) of w blocks at byte off. */
+#define PK_SEGMENTS(t, groups, nb, g0, g1, S)                                                                          \
+	do {                                                                                                           \
+		const int64_t pb_ = pk_panel_blocks(t, nb), sg_ = pk_super(t, nb);                                     \
+		for (int64_t s_ = (g0) - (g0) % sg_; s_ < (g1); s_ += sg_)                                             \
+			for (int64_t i0_ = 0; i0_ < (nb); i0_ += pb_)                                                  \
+				for (int64_t g_ = s_ > (g0) ? s_ : (g0); g_ < s_ + sg_ && g_ < (g1); g_++)             \
+					S(g_, i0_, ((nb) - i0_ < pb_ ? (nb) - i0_ : pb_),                              \
+					  pk_segment(t, groups, nb, g_, i0_));                                         \
+	} while (0)
+
 /* KVS_TILES runs T(nv) with nv = min(left, 8) as a constant, so that each
  * kernel's tile is inlined with its vector count known: the packed
  * kernels' loop over vectors, eight at a time. */

@@ -115,11 +115,8 @@ static void pack32(uint32_t t, const uint8_t *b, int r, uint8_t *c, uint8_t *ds)
 	}
 }
 
-/* pk_group_bytes returns one packed group's bytes for nb blocks a row. */
-static int64_t pk_group_bytes(uint32_t t, int64_t cols) {
-	if (t >= 12 && t <= 14) return cols / 256 * pkk_block_bytes(t);
-	return pk32_group_bytes(t, cols / 32);
-}
+/* pk_group_bytes returns one packed group's bytes for rows of cols. */
+static int64_t pk_group_bytes(uint32_t t, int64_t cols) { return pk_blocks_bytes(t, cols / (t >= 12 ? 256 : 32)); }
 
 int64_t kvs_packed_bytes(uint32_t type, int64_t rows, int64_t cols) {
 	switch (type) {
@@ -131,23 +128,30 @@ int64_t kvs_packed_bytes(uint32_t type, int64_t rows, int64_t cols) {
 }
 
 /* kvs_pack_group packs group g (rows 16g.. of w, which starts at row 16g)
- * into gp, one group's bytes. */
-void kvs_pack_group(uint32_t type, int64_t rows, int64_t cols, int64_t g, const uint8_t *w, uint8_t *gp);
-void kvs_pack_group(uint32_t type, int64_t rows, int64_t cols, int64_t g, const uint8_t *w, uint8_t *gp) {
-	int64_t rb = kvs_row_bytes(type, cols), gb = pk_group_bytes(type, cols);
+ * of a rows×cols matrix into its place in packed, the whole packed matrix
+ * (a matrix of 16 rows or fewer is one group). */
+void kvs_pack_group(uint32_t type, int64_t rows, int64_t cols, int64_t g, const uint8_t *w, uint8_t *packed);
+void kvs_pack_group(uint32_t type, int64_t rows, int64_t cols, int64_t g, const uint8_t *w, uint8_t *packed) {
+	int64_t rb = kvs_row_bytes(type, cols);
+	int k = type >= 12;
+	int64_t bs = k ? 256 : 32, nb = cols / bs, fb = rb / nb, groups = (rows + PR - 1) / PR;
+	int64_t pb = pk_panel_blocks(type, nb);
 	/* every byte a row owns is written below but Q5_0's fifth bits (or-ed
 	 * in); Q6_K's padding, an odd last pair's unused scales and a partial
 	 * group's missing rows stay zero */
-	int k = type >= 12;
-	int64_t bs = k ? 256 : 32, nb = cols / bs, fb = rb / nb;
-	if (type == 6 || type == 14 || rows - g * PR < PR || (!k && nb % 2)) memset(gp, 0, (size_t)gb);
-	for (int r = 0; r < PR && g * PR + r < rows; r++) {
-		const uint8_t *row = w + r * rb;
-		for (int64_t i = 0; i < nb; i++) {
-			if (k)
-				pack_k(type, row + i * fb, r, gp + i * pkk_block_bytes(type));
-			else
-				pack32(type, row + i * fb, r, gp + pk32_codes(type, i), gp + pk32_scales(type, i));
+	int zero = type == 6 || type == 14 || rows - g * PR < PR || (!k && nb % 2);
+	for (int64_t i0 = 0; i0 < nb; i0 += pb) {
+		int64_t w0 = nb - i0 < pb ? nb - i0 : pb;
+		uint8_t *sp = packed + pk_segment(type, groups, nb, g, i0);
+		if (zero) memset(sp, 0, (size_t)pk_blocks_bytes(type, w0));
+		for (int r = 0; r < PR && g * PR + r < rows; r++) {
+			const uint8_t *row = w + r * rb + i0 * fb;
+			for (int64_t i = 0; i < w0; i++) {
+				if (k)
+					pack_k(type, row + i * fb, r, sp + i * pkk_block_bytes(type));
+				else
+					pack32(type, row + i * fb, r, sp + pk32_codes(type, i), sp + pk32_scales(type, i));
+			}
 		}
 	}
 }
@@ -156,8 +160,8 @@ int kvs_pack(uint32_t type, int64_t rows, int64_t cols, int64_t g0, int64_t g1, 
 	int64_t size = kvs_packed_bytes(type, rows, cols);
 	if (size < 0) return (int)size;
 	if (g0 < 0 || g1 < g0 || g1 > (rows + PR - 1) / PR || !w || !packed) return KVS_ERR_ARG;
-	int64_t rb = kvs_row_bytes(type, cols), gb = pk_group_bytes(type, cols);
+	int64_t rb = kvs_row_bytes(type, cols);
 	for (int64_t g = g0; g < g1; g++)
-		kvs_pack_group(type, rows, cols, g, (const uint8_t *)w + (g - g0) * PR * rb, (uint8_t *)packed + g * gb);
+		kvs_pack_group(type, rows, cols, g, (const uint8_t *)w + (g - g0) * PR * rb, packed);
 	return KVS_OK;
 }

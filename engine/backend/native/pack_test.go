@@ -15,7 +15,8 @@ import (
 
 // TestPackedRandomShapes multiplies every packed type's weights in random
 // shapes (rows rarely a multiple of 16, one to nine blocks a row, one to
-// twelve vectors) on every SIMD path: on the scalar path within
+// twelve vectors; and K-quant rows long enough to be stored in panels, up
+// to ten super-groups of them) on every SIMD path: on the scalar path within
 // TestMatMulParity's bound of the exact product of quant.Dequantize's
 // weights, and on every path with the scalar path's bits, packed or not.
 func TestPackedRandomShapes(t *testing.T) {
@@ -28,13 +29,17 @@ func TestPackedRandomShapes(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	var shapes []shape
 	for _, typ := range packTypes {
+		bs := max(32, typ.BlockSize())
 		for range 6 {
-			bs := max(32, typ.BlockSize())
 			blocks := 1 + r.IntN(9)
 			if bs == 32 {
 				blocks = 1 + r.IntN(40)
 			}
 			shapes = append(shapes, shape{typ, 1 + r.IntN(70), blocks * bs, 1 + r.IntN(12), r.Uint64()})
+		}
+		wide := panelBlocks(l, typ)
+		for range 3 * (bs / 256) {
+			shapes = append(shapes, shape{typ, 1 + r.IntN(640), (wide + r.IntN(wide)) * bs, 1 + r.IntN(12), r.Uint64()})
 		}
 	}
 	scalar := map[string][]float32{}
@@ -67,6 +72,17 @@ func TestPackedRandomShapes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// panelBlocks is the fewest blocks a row of K-quant typ that the library
+// stores in panels (packed_layout.h: a 16-row group longer than 40 KB).
+func panelBlocks(l *Lib, typ quant.Type) int {
+	bs := max(32, typ.BlockSize())
+	b := 1
+	for l.packedBytes(uint32(typ), 16, int64(b*bs)) <= 40<<10 {
+		b++
+	}
+	return b
 }
 
 // TestPackErrors checks Pack's refusals: a type without a packed form,
@@ -165,11 +181,15 @@ func TestMatMulPackedN(t *testing.T) {
 		{quant.Q5_0, quant.Q5_0, quant.Q8_0}, // a Qwen Q4_K_M layer's
 		{quant.Q4_0, quant.Q4_0},
 		{quant.Q5_K, quant.Q6_K, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q4_K, quant.Q5_K, quant.Q6_K},
+		{quant.Q6_K, quant.Q4_K, quant.Q6_K}, // rows stored in panels
 	}
 	eachPath(t, l, func(t *testing.T) {
 		for si, types := range sets {
 			bs := max(32, types[0].BlockSize())
 			cols := bs * (1 + r.IntN(4))
+			if si == len(sets)-1 {
+				cols = bs * (panelBlocks(l, quant.Q4_K) + r.IntN(4))
+			}
 			var ps []*Packed
 			for _, typ := range types {
 				rows := 1 + r.IntN(300)

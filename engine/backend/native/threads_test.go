@@ -50,8 +50,20 @@ func TestThreadsGiveTheSameBits(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	threads := []int{2, 3, 5}
 
+	type shape struct {
+		typ  quant.Type
+		cols int
+	}
+	var shapes []shape
 	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q4_0, quant.Q8_0, quant.Q4_K, quant.Q6_K} {
-		const rows, cols = 333, 512
+		shapes = append(shapes, shape{typ, 512})
+		if typ.BlockSize() == 256 { // rows long enough to be stored in panels
+			shapes = append(shapes, shape{typ, max(32, typ.BlockSize()) * (panelBlocks(l, typ) + 3)})
+		}
+	}
+	for _, s := range shapes {
+		const rows = 333
+		typ, cols := s.typ, s.cols
 		w, _ := randWeights(t, r, typ, rows, cols)
 		pk, _ := l.Pack(typ, w, rows, cols)  // nil for types without a packed form
 		for _, n := range []int{1, 7, 130} { // 130 vectors: their rounding is split too
@@ -75,13 +87,13 @@ func TestThreadsGiveTheSameBits(t *testing.T) {
 					if err := l.MatMul(typ, w, rows, cols, x, n, got); err != nil {
 						t.Fatal(err)
 					}
-					splitBits(t, fmt.Sprintf("%s matmul, %d vectors, %d threads", typ, n, th), got, want)
+					splitBits(t, fmt.Sprintf("%s matmul, %d columns, %d vectors, %d threads", typ, cols, n, th), got, want)
 					if pk != nil {
 						got = nans(n * rows)
 						if err := l.MatMulPacked(pk, x, n, got); err != nil {
 							t.Fatal(err)
 						}
-						splitBits(t, fmt.Sprintf("%s packed matmul, %d vectors, %d threads", typ, n, th), got, wantP)
+						splitBits(t, fmt.Sprintf("%s packed matmul, %d columns, %d vectors, %d threads", typ, cols, n, th), got, wantP)
 					}
 				})
 			}
