@@ -290,7 +290,10 @@ int kvs_matmul_packed_n(int32_t count, const uint32_t *types, const void *const 
 		j.g0[i + 1] = j.g0[i] + (rows[i] + KVS_PACK_ROWS - 1) / KVS_PACK_ROWS;
 	}
 	int64_t total = KVS_PACK_ROWS * j.g0[count], unit = KVS_PACK_ROWS;
-	for (int i = 0; i < count; i++) unit = punit(types[i], cols) > unit ? punit(types[i], cols) : unit;
+	for (int i = 0; i < count; i++) {
+		int64_t u = punit(types[i], cols);
+		if (u > unit) unit = u;
+	}
 	if (n == 0) return KVS_OK;
 	return kvs_par(total, unit, total * cols * n >= SERIAL_WORK, mmn_part, &j);
 }

@@ -58,13 +58,13 @@ static inline int64_t pk_blocks_bytes(uint32_t t, int64_t n) {
 /* Panels (K-quants). A group's blocks are read once for each vector's
  * activations, which the kernels read again for every group: where a group
  * is longer than about the L1 cache (PK_PANEL_MIN bytes), streaming it
- * evicts the activations before the next group needs them, and a
- * one-vector product read its weights from memory 10-20% slower (a
- * 2048x5632 Q4_K matrix against 5632x2048, one core; kept at 3 KB by
- * reading wrong activations, 12-15% faster). Such a matrix is stored in super-groups of
- * PK_SUPER groups (the last may have fewer), each cut into panels of
- * pk_panel_blocks blocks (about PK_PANEL bytes of a group; the last panel
- * may be narrower): a super-group holds panel 0 of each of its groups, then
+ * evicts the activations before the next group needs them: a one-vector
+ * product of a 2048x5632 Q4_K matrix read its weights from memory 10-20%
+ * slower than 5632x2048 on one core, and 12-15% faster when the kernel
+ * read only 3 KB of activations (wrong sums, the same weights). Such a
+ * matrix is stored in super-groups of PK_SUPER groups (the last may have
+ * fewer), each cut into panels of pk_panel_blocks blocks (about PK_PANEL
+ * bytes of a group; the last panel may be narrower): a super-group holds panel 0 of each of its groups, then
  * panel 1 of each, and so on, each group's part of a panel laid out as a
  * group of that many blocks (its segment). The kernels read a super-group
  * front to back, carrying each group's sums from panel to panel in the

@@ -204,8 +204,8 @@ KVS_API int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols,
  * element 4k+j of row r, and in bit 4+k that of element 16+4k+j.
  *
  * Q4_K, Q5_K and Q6_K: groups of 16 rows likewise, group g at
- * g*nb*B bytes (but for panels), nb = cols/256 blocks of B = 2368 (Q4_K), 2880 (Q5_K) or
- * 3392 (Q6_K) bytes, one after another. A block starts with 320 bytes:
+ * g*nb*B bytes (but for panels, below), nb = cols/256 blocks of
+ * B = 2368 (Q4_K), 2880 (Q5_K) or 3392 (Q6_K) bytes, one after another. A block starts with 320 bytes:
  * the sub-block scales, 16 bytes each (row r's at byte r; 8 sub-blocks of
  * 32 elements, Q6_K 16 of 16, int8), Q4_K/Q5_K's mins (sub-blocks 2p and
  * 2p+1 at bytes 32p+2r and 32p+2r+1), the 16 rows' f16 d, Q4_K/Q5_K's 16
