@@ -3,7 +3,13 @@
  *
  * Scores. A key row at f32/f16/bf16, q8_0, or in a key group still in its
  * f16 residual, is decoded and dotted with each query head in float (the
- * sixteen-lane order of simd.h's dot_any). A quantized int8/int4 key group
+ * sixteen-lane order of simd.h's dot_any). With AVX-512, sixteen positions'
+ * rows are decoded at a time and each head's sixteen dot products run side
+ * by side, their lanes summed together in dot_any's order (tile_scores):
+ * one chain of adds a dot product was the bound, and the tiles made a
+ * TinyLlama step's attention at 2048 positions about a fifth faster.
+ *
+ * A quantized int8/int4 key group
  * is scored with exact integer dot products instead: per query head and key
  * group the channel scales are folded into the query, q'[d] = q[d]*s[d],
  * which is rounded to 22-bit codes X[d] = rint(q'[d]*KVS_QX/amax) = 128*Q[d]
@@ -18,7 +24,9 @@
  *
  * Values are decoded once a position (int8, int4 rows with SIMD, the scalar
  * code's operations), or read in place (f32, f16, bf16), and weighted in
- * position order as the header states. */
+ * position order as the header states (each weight exp(score - max) times
+ * the head's 1/sum, rounded once a position, not once a pass). While a KV
+ * head's keys are scored, its values are asked into L2. */
 #include "kv.h"
 #include "simd.h"
 
@@ -31,10 +39,18 @@
 /* KVS_TILE tokens of a key group are widened and scored at a time. */
 #define KVS_TILE 16
 
+/* pf_line asks for the line at a into L1, or into L2 only (l2). */
+static inline void pf_line(const void *a, int l2) {
+	if (l2)
+		__builtin_prefetch(a, 0, 2);
+	else
+		__builtin_prefetch(a);
+}
+
 /* prefetch_rows asks for the cache lines of KV head h's rows of positions
  * a..b-1 of plane p (block table tab), and of their value scales: blocks
  * lie anywhere, so the hardware does not see the next one coming. */
-static inline void prefetch_rows(const struct kvs_kv_plane *p, int32_t layer, const int32_t *tab, int h, int a, int b) {
+static inline void prefetch_rows(const struct kvs_kv_plane *p, int32_t layer, const int32_t *tab, int h, int a, int b, int l2) {
 	int B = p->block_size;
 	int64_t rb = p->prec == KVS_KV_F32 ? 4 * p->head_dim : p->prec <= KVS_KV_BF16 ? 2 * p->head_dim : p->row_bytes;
 	for (int x = a; x < b;) {
@@ -42,18 +58,18 @@ static inline void prefetch_rows(const struct kvs_kv_plane *p, int32_t layer, co
 		int64_t lb = (int64_t)layer * p->blocks + tab[j];
 		const char *d = (const char *)p->data + (lb * p->data_per_block + (int64_t)(h * B + t) * (p->prec <= KVS_KV_BF16 ? p->head_dim : p->row_bytes)) *
 		                                            (p->prec == KVS_KV_F32 ? 4 : p->prec <= KVS_KV_BF16 ? 2 : 1);
-		for (int64_t o = 0; o < (e - x) * rb; o += 64) __builtin_prefetch(d + o);
+		for (int64_t o = 0; o < (e - x) * rb; o += 64) pf_line(d + o, l2);
 		if (!p->key && p->prec > KVS_KV_BF16) {
 			int es = p->prec == KVS_KV_Q8_0 ? 2 : 1;
 			const char *sc = (const char *)p->scale + (lb * p->scales_per_block + (int64_t)t * p->groups) * es;
-			for (int64_t o = 0; o < (int64_t)(e - x) * p->groups * es; o += 64) __builtin_prefetch(sc + o);
+			for (int64_t o = 0; o < (int64_t)(e - x) * p->groups * es; o += 64) pf_line(sc + o, l2);
 		} else if (p->key) {
 			/* The key groups' channel scales (and int4's zero points). */
 			int per = p->prec == KVS_KV_INT4 ? kvs_int4_key_bytes(p->head_dim) : 1 + (p->head_dim + 1) / 2;
 			for (int g = t / p->group; g <= (e - 1 - j * B) / p->group; g++) {
 				const char *sc = (const char *)p->scale + kvs_key_scale_index(p, lb, h, g);
-				for (int o = 0; o < per; o += 64) __builtin_prefetch(sc + o);
-				__builtin_prefetch(sc + per - 1);
+				for (int o = 0; o < per; o += 64) pf_line(sc + o, l2);
+				pf_line(sc + per - 1, l2);
 			}
 		}
 		x = e;
@@ -374,6 +390,44 @@ static inline void tile_isums(const __m512i *kt, int nr, const int8_t *qa, const
 }
 #endif
 
+#if defined(__AVX512F__)
+/* reduce16 returns, in lane t, register a[t]'s sixteen lanes summed as
+ * dot_any sums them: lanes (l, l+8), then (l, l+4), (l, l+2) and (l, l+1),
+ * sixteen registers at once (idot_rows's tree, in float: each add pairs the
+ * same two values, so the bits are dot_any's). */
+static inline __m512 reduce16(const __m512 *a) {
+	__m512 r1[8], r2[4], r3[2];
+	for (int i = 0; i < 8; i++)
+		r1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+	for (int i = 0; i < 4; i++)
+		r2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r1[2 * i], r1[2 * i + 1], 0x88),
+		                      _mm512_shuffle_f32x4(r1[2 * i], r1[2 * i + 1], 0xDD));
+	for (int i = 0; i < 2; i++) {
+		__m512d x = _mm512_castps_pd(r2[2 * i]), y = _mm512_castps_pd(r2[2 * i + 1]);
+		r3[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+	}
+	__m512 r4 = _mm512_add_ps(_mm512_shuffle_ps(r3[0], r3[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(r3[0], r3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+	/* Lane 4k+i holds register 4i+k. */
+	return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r4);
+}
+
+/* tile_scores writes sc[t] = dot_any(rows[t], q, D)*scale for t < n <= 16
+ * (float rows, D a multiple of 16; rows[t] for t >= n must be readable, and
+ * their sums are not stored): the sixteen rows' products side by side,
+ * sixteen chains of adds instead of one, and their lanes summed together
+ * (reduce16). Same bits as row_scores. */
+static inline void tile_scores(const float *const *rows, int n, const float *q, int D, float scale, float *sc) {
+	__m512 a[16];
+	for (int t = 0; t < 16; t++) a[t] = _mm512_setzero_ps();
+	for (int c = 0; c < D; c += 16) {
+		__m512 qv = _mm512_loadu_ps(q + c);
+		for (int t = 0; t < 16; t++) a[t] = _mm512_add_ps(a[t], _mm512_mul_ps(_mm512_loadu_ps(rows[t] + c), qv));
+	}
+	__m512 r = _mm512_mul_ps(reduce16(a), _mm512_set1_ps(scale));
+	_mm512_mask_storeu_ps(sc, n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1), r);
+}
+#endif
+
 /* group_scores scores tokens t0..t0+n-1 (slots of layer-block lb, one key
  * group gi of KV head g, quantized) for the group's query heads: sc[hh*m + i]
  * for token t0+i. */
@@ -497,14 +551,14 @@ static inline __attribute__((always_inline)) __m512 vrow16(const int kind, const
 	return _mm512_mul_ps(sv, _mm512_permutexvar_ps(kvs_nibbles16(b + 8 * c), _mm512_loadu_ps(kvs_iq4)));
 }
 
-/* vsum_tile adds, for H query heads, out_h += (w_h[i]*inv_h) * row_i for the
+/* vsum_tile adds, for H query heads, out_h += w_h[i] * row_i for the
  * tile's n rows in order (each product rounded, then added), with the H*C
  * 16-lane sums (C = head_dim/16) in registers between out's load and store:
  * C, H and kind are constants at each call; rs are the rows' scales, 16
  * a row, one a 16 values (kinds 3, 4). */
 static inline __attribute__((always_inline)) void vsum_tile(const int C, const int H, const int kind, const void *const *rows,
                                                             const float *rs, int n, const float *w, int64_t m,
-                                                            const float *inv, float *out) {
+                                                            float *out) {
 	int D = 16 * C;
 	/* Fixed sizes (H*C <= 16): C and H are not constant expressions, and a
 	 * variable-length array would live in memory. */
@@ -512,7 +566,7 @@ static inline __attribute__((always_inline)) void vsum_tile(const int C, const i
 	for (int h = 0; h < H; h++)
 		for (int c = 0; c < C; c++) acc[h * C + c] = _mm512_loadu_ps(out + h * D + 16 * c);
 	for (int i = 0; i < n; i++) {
-		for (int h = 0; h < H; h++) pr[h] = _mm512_set1_ps(w[(int64_t)h * m + i] * inv[h]);
+		for (int h = 0; h < H; h++) pr[h] = _mm512_set1_ps(w[(int64_t)h * m + i]);
 		for (int c = 0; c < C; c++) {
 			__m512 vr = vrow16(kind, rows[i], c, rs + 16 * i);
 			for (int h = 0; h < H; h++) acc[h * C + c] = _mm512_add_ps(acc[h * C + c], _mm512_mul_ps(pr[h], vr));
@@ -524,11 +578,10 @@ static inline __attribute__((always_inline)) void vsum_tile(const int C, const i
 
 /* vsum_tile's instances, one function each: [head dim 64, 128, 256][H = 4,
  * 2, 1 heads a pass (16 accumulators), or one head][kind]. */
-typedef void (*vsum_fn)(const void *const *, const float *, int, const float *, int64_t, const float *, float *);
+typedef void (*vsum_fn)(const void *const *, const float *, int, const float *, int64_t, float *);
 #define KVS_VSUM_FN(name, C, H, kind)                                                                                      \
-	static void name(const void *const *rows, const float *rs, int n, const float *w, int64_t m, const float *inv,       \
-	                 float *out) {                                                                                       \
-		vsum_tile(C, H, kind, rows, rs, n, w, m, inv, out);                                                            \
+	static void name(const void *const *rows, const float *rs, int n, const float *w, int64_t m, float *out) {           \
+		vsum_tile(C, H, kind, rows, rs, n, w, m, out);                                                                 \
 	}
 #define KVS_VSUM_KINDS(name, C, H)                                                                                         \
 	KVS_VSUM_FN(name##_0, C, H, 0)                                                                                         \
@@ -555,13 +608,13 @@ static const vsum_fn vsum_fns[3][2][5] = {{KVS_VSUM_ROW(vsum64), KVS_VSUM_ROW(vs
  * eight-lane sums in registers between out's load and store; rows are f32
  * (kind 0), f16 bits (1) or bf16 bits (2), D values a head in out. */
 static inline __attribute__((always_inline)) void vsum8_tile(const int kind, const int H, const void *const *rows, int c0,
-                                                             int n, const float *w, int64_t m, const float *inv,
+                                                             int n, const float *w, int64_t m,
                                                              float *out, int D) {
 	__m256 acc[2][4], pr[2];
 	for (int h = 0; h < H; h++)
 		for (int c = 0; c < 4; c++) acc[h][c] = _mm256_loadu_ps(out + h * D + c0 + 8 * c);
 	for (int i = 0; i < n; i++) {
-		for (int h = 0; h < H; h++) pr[h] = _mm256_set1_ps(w[(int64_t)h * m + i] * inv[h]);
+		for (int h = 0; h < H; h++) pr[h] = _mm256_set1_ps(w[(int64_t)h * m + i]);
 		for (int c = 0; c < 4; c++) {
 			__m256 vr = load8(rows[i], kind, c0 + 8 * c);
 			for (int h = 0; h < H; h++) acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(pr[h], vr));
@@ -572,9 +625,8 @@ static inline __attribute__((always_inline)) void vsum8_tile(const int kind, con
 }
 
 /* vsum8 runs vsum8_tile with kind and H as constants. */
-static void vsum8(int kind, int H, const void *const *rows, int c0, int n, const float *w, int64_t m, const float *inv,
-                  float *out, int D) {
-#define V(K, HH) vsum8_tile(K, HH, rows, c0, n, w, m, inv, out, D)
+static void vsum8(int kind, int H, const void *const *rows, int c0, int n, const float *w, int64_t m, float *out, int D) {
+#define V(K, HH) vsum8_tile(K, HH, rows, c0, n, w, m, out, D)
 	switch (kind * 2 + H - 1) {
 	case 0: V(0, 1); break;
 	case 1: V(0, 2); break;
@@ -605,12 +657,47 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 			const float *qg = q + (r * heads + (int64_t)g * group) * D;
 			float *og = out + (r * heads + (int64_t)g * group) * D;
 			int pf = p0 + 1; /* positions before pf are prefetched */
+#if defined(__AVX512F__)
+			if (!k->key && D % 16 == 0 && D <= 256) {
+				/* Sixteen positions at a time: their key rows decoded
+				 * (or read in place) once, then each query head scores
+				 * them side by side (tile_scores). */
+				float kt[KVS_TILE * 256];
+				const float *rows[KVS_TILE];
+				for (int p = p0; p < np; p += KVS_TILE) {
+					int tn = np - p < KVS_TILE ? np - p : KVS_TILE;
+					if (pf < np && pf < p + 2 * KVS_TILE) {
+						int e = p + 3 * KVS_TILE < np ? p + 3 * KVS_TILE : np;
+						prefetch_rows(k, layer, tab, g, pf, e, 0);
+						prefetch_rows(v, layer, tab, g, pf, e, 1);
+						pf = e;
+					}
+					for (int i = 0, j = p / B, t = p % B; i < KVS_TILE; i++) {
+						int64_t lb = (int64_t)layer * k->blocks + tab[j];
+						if (i >= tn)
+							rows[i] = rows[0];
+						else if (k->prec == KVS_KV_F32)
+							rows[i] = (const float *)k->data + lb * k->data_per_block + (int64_t)(g * B + t) * D;
+						else if (k->prec <= KVS_KV_BF16) {
+							/* f16, bf16: widened here, sixteen at a time. */
+							const uint16_t *h = (const uint16_t *)k->data + lb * k->data_per_block + (int64_t)(g * B + t) * D;
+							for (int d = 0; d < D; d += 16) _mm512_storeu_ps(kt + i * D + d, load16(h, k->prec == KVS_KV_F16 ? 1 : 2, d));
+							rows[i] = kt + i * D;
+						} else
+							kvs_decode_row(k, lb, g, t, NULL, fp8tab, kt + i * D), rows[i] = kt + i * D;
+						if (++t == B) t = 0, j++;
+					}
+					for (int hh = 0; hh < group; hh++) tile_scores(rows, tn, qg + (int64_t)hh * D, D, scale, scratch + (int64_t)hh * m + p - p0);
+				}
+			} else
+#endif
 			for (int p = p0; p < np;) {
 				int j = p / B, t = p % B;
 				int64_t lb = (int64_t)layer * k->blocks + tab[j];
 				if (pf < np && pf < p + 2 * KVS_TILE) {
 					int e = p + 3 * KVS_TILE < np ? p + 3 * KVS_TILE : np;
-					prefetch_rows(k, layer, tab, g, pf, e);
+					prefetch_rows(k, layer, tab, g, pf, e, 0);
+					prefetch_rows(v, layer, tab, g, pf, e, 1);
 					pf = e;
 				}
 				if (k->key) {
@@ -640,7 +727,6 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 			/* Softmax per query head: the max in sixteen lanes (the
 			 * same value as in order), exp, then the heads' sums in
 			 * double side by side, each in position order. */
-			float inv[KVS_MAX_GROUP];
 			double sum[KVS_MAX_GROUP];
 			for (int hh = 0; hh < group; hh++) {
 				float *sc = scratch + (int64_t)hh * m, lane[16];
@@ -661,8 +747,12 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 			}
 			for (int i = 0; i < m; i++)
 				for (int hh = 0; hh < group; hh++) sum[hh] += (double)scratch[(int64_t)hh * m + i];
+			/* Each head's weights, exp(score - max) * (1/sum), once a
+			 * position (the same product the weighted sums used to take
+			 * a pass). */
 			for (int hh = 0; hh < group; hh++) {
-				inv[hh] = (float)(1 / sum[hh]);
+				float inv = (float)(1 / sum[hh]), *sc = scratch + (int64_t)hh * m;
+				for (int i = 0; i < m; i++) sc[i] *= inv;
 				for (int d = 0; d < D; d++) og[hh * D + d] = 0;
 			}
 #if defined(__AVX512F__)
@@ -682,8 +772,8 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 				const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
 				for (int pa = p0; pa < np; pa += KVS_TILE) {
 					int tn = np - pa < KVS_TILE ? np - pa : KVS_TILE;
-					if (pa == p0) prefetch_rows(v, layer, tab, g, pa, pa + tn);
-					if (pa + tn < np) prefetch_rows(v, layer, tab, g, pa + tn, np - pa - tn < KVS_TILE ? np : pa + tn + KVS_TILE);
+					if (pa == p0) prefetch_rows(v, layer, tab, g, pa, pa + tn, 0);
+					if (pa + tn < np) prefetch_rows(v, layer, tab, g, pa + tn, np - pa - tn < KVS_TILE ? np : pa + tn + KVS_TILE, 0);
 					for (int i = 0; i < tn; i++) {
 						int p = pa + i, j = p / B, t = p % B;
 						int64_t lb = (int64_t)layer * v->blocks + tab[j];
@@ -699,7 +789,7 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 					}
 					for (int h0 = 0; h0 < group;) {
 						int hn = group - h0 < H ? 1 : H;
-						fn[hn == H ? 0 : 1][kind](rows, rs, tn, scratch + (int64_t)h0 * m + pa - p0, m, inv + h0, og + (int64_t)h0 * D);
+						fn[hn == H ? 0 : 1][kind](rows, rs, tn, scratch + (int64_t)h0 * m + pa - p0, m, og + (int64_t)h0 * D);
 						h0 += hn;
 					}
 				}
@@ -715,8 +805,8 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 				const void *rows[KVS_TILE];
 				for (int pa = p0; pa < np; pa += KVS_TILE) {
 					int tn = np - pa < KVS_TILE ? np - pa : KVS_TILE;
-					if (pa == p0) prefetch_rows(v, layer, tab, g, pa, pa + tn);
-					if (pa + tn < np) prefetch_rows(v, layer, tab, g, pa + tn, np - pa - tn < KVS_TILE ? np : pa + tn + KVS_TILE);
+					if (pa == p0) prefetch_rows(v, layer, tab, g, pa, pa + tn, 0);
+					if (pa + tn < np) prefetch_rows(v, layer, tab, g, pa + tn, np - pa - tn < KVS_TILE ? np : pa + tn + KVS_TILE, 0);
 					for (int i = 0; i < tn; i++) {
 						int p = pa + i, j = p / B, t = p % B;
 						int64_t lb = (int64_t)layer * v->blocks + tab[j];
@@ -728,7 +818,7 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 					for (int h0 = 0; h0 < group; h0 += 2) {
 						int hn = group - h0 < 2 ? 1 : 2;
 						for (int c0 = 0; c0 < D; c0 += 32)
-							vsum8(kind, hn, rows, c0, tn, scratch + (int64_t)h0 * m + pa - p0, m, inv + h0, og + (int64_t)h0 * D, D);
+							vsum8(kind, hn, rows, c0, tn, scratch + (int64_t)h0 * m + pa - p0, m, og + (int64_t)h0 * D, D);
 					}
 				}
 			} else
@@ -739,7 +829,7 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 					int64_t lb = (int64_t)layer * v->blocks + tab[j];
 					const float *vr = value_row(v, lb, g, t, fp8tab, dtab, kb);
 					for (int hh = 0; hh < group; hh++) {
-						float pr = scratch[(int64_t)hh * m + p - p0] * inv[hh], *oh = og + hh * D;
+						float pr = scratch[(int64_t)hh * m + p - p0], *oh = og + hh * D;
 						for (int d = 0; d < D; d++) oh[d] += pr * vr[d];
 					}
 				}
