@@ -9,14 +9,14 @@
  * one chain of adds a dot product was the bound, and the tiles made a
  * TinyLlama step's attention at 2048 positions about a fifth faster.
  *
- * A quantized int8/int4 key group
- * is scored with exact integer dot products instead: per query head and key
- * group the channel scales are folded into the query, q'[d] = q[d]*s[d],
- * which is rounded to 22-bit codes X[d] = rint(q'[d]*KVS_QX/amax) = 128*Q[d]
- * + Qc[d] (amax the largest |q'[d]|, step qd = amax/KVS_QX); a token's score
- * is then (((float)S*128 + (float)Sc) * qd + cz) * scale, with S and Sc the
- * sums of Q[d]*code[d] and Qc[d]*code[d], cz = 0 for int8 and
- * for int4 the float dot product of q with the group's zero points. The
+ * A quantized int8/int4 key group is scored with exact integer dot products
+ * instead: per query head and key group the channel scales are folded into
+ * the query, q'[d] = q[d]*s[d], which is rounded to 22-bit codes X[d] =
+ * rint(q'[d]*KVS_QX/amax) = 128*Q[d] + Qc[d] (amax the largest |q'[d]|, step
+ * qd = amax/KVS_QX); a token's score is then (((float)S*128 + (float)Sc) *
+ * qd + cz) * scale, with S and Sc the sums of Q[d]*code[d] and
+ * Qc[d]*code[d], cz = 0 for int8 and for int4 the float dot product of q
+ * with the group's zero points. The
  * integer sums are exact in every lane order, so each path computes them its
  * own way (AVX-512 and AVX2 on sixteen or eight tokens at once, summed
  * across lanes by a fixed tree) with the scalar path's bits. fp8 groups
