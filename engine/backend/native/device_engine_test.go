@@ -163,9 +163,15 @@ func TestDevicePreemption(t *testing.T) {
 }
 
 // collect runs reqs on e at once and returns each request's texts, one a
-// sample.
+// sample. They are submitted while the scheduler is paused, so that its
+// first step sees them all: the schedule, and with it which blocks are
+// preempted or copied on write, does not hang on how soon the engine's loop
+// ran after each Submit.
 func collect(t *testing.T, e *engine.Engine, reqs []engine.Request) [][]string {
 	t.Helper()
+	if err := e.Pause(); err != nil {
+		t.Fatal(err)
+	}
 	streams := make([]*engine.Stream, len(reqs))
 	for i, r := range reqs {
 		s, err := e.Submit(context.Background(), r)
@@ -173,6 +179,9 @@ func collect(t *testing.T, e *engine.Engine, reqs []engine.Request) [][]string {
 			t.Fatal(err)
 		}
 		streams[i] = s
+	}
+	if err := e.Resume(); err != nil {
+		t.Fatal(err)
 	}
 	out := make([][]string, len(reqs))
 	for i, s := range streams {
