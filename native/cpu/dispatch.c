@@ -234,7 +234,7 @@ int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols, int64_t
  * of: whole super-groups (packed_layout.h), so that each range is one run
  * of memory. */
 static int64_t punit(uint32_t type, int64_t cols) {
-	return KVS_PACK_ROWS * pk_super(type, cols / (type >= 12 ? 256 : 32));
+	return KVS_PACK_ROWS * pk_super(type, pk_row_blocks(type, cols));
 }
 
 int kvs_matmul_packed(uint32_t type, const void *wp, int64_t rows, int64_t cols, int64_t row0, int64_t row1,

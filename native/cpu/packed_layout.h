@@ -50,6 +50,10 @@ static inline int64_t pkk_code(uint32_t t, int k) {
 /* pkk_high is where high-bit line L (Q5_K 0..7, Q6_K 0..15) starts. */
 static inline int64_t pkk_high(uint32_t t, int L) { return PKK_META + 64 * (t == 13 ? 5 * L + 4 : 3 * L + 2); }
 
+/* pk_row_blocks is how many blocks a row of cols values holds: 256 values
+ * a K-quant block (types 12 to 14), 32 a block of the others. */
+static inline int64_t pk_row_blocks(uint32_t t, int64_t cols) { return cols / (t >= 12 ? 256 : 32); }
+
 /* pk_blocks_bytes is the bytes of a group of n blocks a row. */
 static inline int64_t pk_blocks_bytes(uint32_t t, int64_t n) {
 	return t >= 12 ? n * pkk_block_bytes(t) : pk32_group_bytes(t, n);

@@ -115,16 +115,13 @@ static void pack32(uint32_t t, const uint8_t *b, int r, uint8_t *c, uint8_t *ds)
 	}
 }
 
-/* pk_group_bytes returns one packed group's bytes for rows of cols. */
-static int64_t pk_group_bytes(uint32_t t, int64_t cols) { return pk_blocks_bytes(t, cols / (t >= 12 ? 256 : 32)); }
-
 int64_t kvs_packed_bytes(uint32_t type, int64_t rows, int64_t cols) {
 	switch (type) {
 	case 2: case 6: case 8: case 12: case 13: case 14: break;
 	default: return KVS_ERR_TYPE;
 	}
 	if (rows <= 0 || rows > ((int64_t)1 << 32) || kvs_row_bytes(type, cols) == 0) return KVS_ERR_ARG;
-	return (rows + PR - 1) / PR * pk_group_bytes(type, cols);
+	return (rows + PR - 1) / PR * pk_blocks_bytes(type, pk_row_blocks(type, cols));
 }
 
 /* kvs_pack_group packs group g (rows 16g.. of w, which starts at row 16g)
@@ -134,7 +131,7 @@ void kvs_pack_group(uint32_t type, int64_t rows, int64_t cols, int64_t g, const 
 void kvs_pack_group(uint32_t type, int64_t rows, int64_t cols, int64_t g, const uint8_t *w, uint8_t *packed) {
 	int64_t rb = kvs_row_bytes(type, cols);
 	int k = type >= 12;
-	int64_t bs = k ? 256 : 32, nb = cols / bs, fb = rb / nb, groups = (rows + PR - 1) / PR;
+	int64_t nb = pk_row_blocks(type, cols), fb = rb / nb, groups = (rows + PR - 1) / PR;
 	int64_t pb = pk_panel_blocks(type, nb);
 	/* every byte a row owns is written below but Q5_0's fifth bits (or-ed
 	 * in); Q6_K's padding, an odd last pair's unused scales and a partial
