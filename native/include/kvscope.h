@@ -194,7 +194,7 @@ KVS_API int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols,
  * blocks in pairs of 64 + 2*cb bytes, one after another (an odd last block
  * a pair of 64 + cb): first 64 bytes of scales, 16 f16 a block (row r's d
  * at byte 2r of its block's 32; an odd last block's second 32 zero), then
- * both blocks' code bytes; group g starts at g times a group's bytes .
+ * both blocks' code bytes; group g starts at g times a group's bytes.
  * Block i's code bytes are chunks of 64
  * (4 for Q4_0, 8 for Q8_0): byte 4r+j of chunk k is row r's qs[4k+j] (Q4_0:
  * elements 4k+j in the low nibble and 16+4k+j in the high one) or qs[4k+j]
@@ -203,31 +203,29 @@ KVS_API int kvs_matmul(uint32_t type, const void *w, int64_t rows, int64_t cols,
  * four chunks: byte 4r+j of those 64 has, in bit k, the fifth bit of
  * element 4k+j of row r, and in bit 4+k that of element 16+4k+j.
  *
- * Q4_K, Q5_K and Q6_K: groups of 16 rows likewise, group g at
- * g*nb*B bytes (but for panels, below), nb = cols/256 blocks of
- * B = 2368 (Q4_K), 2880 (Q5_K) or 3392 (Q6_K) bytes, one after another. A block starts with 320 bytes:
- * the sub-block scales, 16 bytes each (row r's at byte r; 8 sub-blocks of
- * 32 elements, Q6_K 16 of 16, int8), Q4_K/Q5_K's mins (sub-blocks 2p and
- * 2p+1 at bytes 32p+2r and 32p+2r+1), the 16 rows' f16 d, Q4_K/Q5_K's 16
- * f16 dmin, and Q6_K 32 bytes of padding. Then 32 chunks of 64 bytes, byte
- * 4r+j of chunk k holding the low four bits of row r's codes of elements
- * 4k+j (low nibble) and 128+4k+j (high nibble), with the high bits' lines
- * among them: Q5_K's line L (after chunk 4L+3) byte 4r+j bit (k%4 + 4n)
- * for chunk k = 4L+k%4's nibble n; Q6_K's line L (after chunk 2L+1) byte
- * 4r+j bits 2(2(k%2)+n) and up for chunk k = 2L+k%2. A block is so read
- * front to back.
+ * Q4_K, Q5_K and Q6_K: groups of 16 rows likewise, group g at g*nb*B bytes
+ * (but for panels, below), nb = cols/256 blocks of B = 2368 (Q4_K), 2880
+ * (Q5_K) or 3392 (Q6_K) bytes, one after another. A block starts with 320
+ * bytes: the sub-block scales, 16 bytes each (row r's at byte r; 8 sub-blocks
+ * of 32 elements, Q6_K 16 of 16, int8), Q4_K/Q5_K's mins (sub-blocks 2p and
+ * 2p+1 at bytes 32p+2r and 32p+2r+1), the 16 rows' f16 d, Q4_K/Q5_K's 16 f16
+ * dmin, and Q6_K 32 bytes of padding. Then 32 chunks of 64 bytes, byte 4r+j
+ * of chunk k holding the low four bits of row r's codes of elements 4k+j (low
+ * nibble) and 128+4k+j (high nibble), with the high bits' lines among them:
+ * Q5_K's line L (after chunk 4L+3) byte 4r+j bit (k%4 + 4n) for chunk k =
+ * 4L+k%4's nibble n; Q6_K's line L (after chunk 2L+1) byte 4r+j bits
+ * 2(2(k%2)+n) and up for chunk k = 2L+k%2. A block is so read front to back.
  *
- * Panels (Q4_K, Q5_K, Q6_K): where one group's blocks take more than
- * 40960 bytes, the groups are stored in super-groups of 4 (the last may
- * have fewer), and each row of blocks is cut into panels of P blocks
- * (np = ceil(group bytes / 16384) panels, P = ceil(nb / np); the last
- * panel may be narrower). A super-group of k
- * groups holds panel 0 of each of its groups in order, then panel 1 of
- * each, and so on; a group's part of a panel (w blocks) is laid out as a
- * group of w blocks, above. So group g's blocks from i0 (a multiple of P)
- * start at s*4*G(nb) + k*G(i0) + (g%4)*G(w), for super-group s = g/4 and
- * G(n) the bytes of a group of n blocks. A matrix of 16 rows or fewer is
- * one group and needs no reordering.
+ * Panels (Q4_K, Q5_K, Q6_K): where one group's blocks take more than 40960
+ * bytes, the groups are stored in super-groups of 4 (the last may have
+ * fewer), and each row of blocks is cut into panels of P blocks (np =
+ * ceil(group bytes / 16384) panels, P = ceil(nb / np); the last panel may be
+ * narrower). A super-group of k groups holds panel 0 of each of its groups in
+ * order, then panel 1 of each, and so on; a group's part of a panel (w
+ * blocks) is laid out as a group of w blocks, above. So group g's blocks from
+ * i0 (a multiple of P) start at s*4*G(nb) + k*G(i0) + (g%4)*G(w), for
+ * super-group s = g/4 and G(n) the bytes of a group of n blocks. A matrix of
+ * 16 rows or fewer is one group and needs no reordering.
  */
 #define KVS_PACK_ROWS 16
 

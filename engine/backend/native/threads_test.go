@@ -58,7 +58,7 @@ func TestThreadsGiveTheSameBits(t *testing.T) {
 	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q4_0, quant.Q8_0, quant.Q4_K, quant.Q6_K} {
 		shapes = append(shapes, shape{typ, 512})
 		if typ.BlockSize() == 256 { // rows long enough to be stored in panels
-			shapes = append(shapes, shape{typ, max(32, typ.BlockSize()) * (panelBlocks(l, typ) + 3)})
+			shapes = append(shapes, shape{typ, 256 * (panelBlocks(l, typ) + 3)})
 		}
 	}
 	for _, s := range shapes {
