@@ -390,6 +390,18 @@ static inline void tile_isums(const __m512i *kt, int nr, const int8_t *qa, const
 }
 #endif
 
+/* prefetch_ahead keeps KV head h's keys (into L1) and values (into L2)
+ * asked for from pf up to three tiles past position p (of np), once fewer
+ * than two tiles past p are; it returns the new pf. */
+static inline int prefetch_ahead(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, const int32_t *tab,
+                                 int h, int p, int np, int pf) {
+	if (pf >= np || pf >= p + 2 * KVS_TILE) return pf;
+	int e = p + 3 * KVS_TILE < np ? p + 3 * KVS_TILE : np;
+	prefetch_rows(k, layer, tab, h, pf, e, 0);
+	prefetch_rows(v, layer, tab, h, pf, e, 1);
+	return e;
+}
+
 #if defined(__AVX512F__)
 /* reduce16 returns, in lane t, register a[t]'s sixteen lanes summed as
  * dot_any sums them: lanes (l, l+8), then (l, l+4), (l, l+2) and (l, l+1),
@@ -666,12 +678,7 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 				const float *rows[KVS_TILE];
 				for (int p = p0; p < np; p += KVS_TILE) {
 					int tn = np - p < KVS_TILE ? np - p : KVS_TILE;
-					if (pf < np && pf < p + 2 * KVS_TILE) {
-						int e = p + 3 * KVS_TILE < np ? p + 3 * KVS_TILE : np;
-						prefetch_rows(k, layer, tab, g, pf, e, 0);
-						prefetch_rows(v, layer, tab, g, pf, e, 1);
-						pf = e;
-					}
+					pf = prefetch_ahead(k, v, layer, tab, g, p, np, pf);
 					for (int i = 0, j = p / B, t = p % B; i < KVS_TILE; i++) {
 						int64_t lb = (int64_t)layer * k->blocks + tab[j];
 						if (i >= tn)
@@ -694,12 +701,7 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 			for (int p = p0; p < np;) {
 				int j = p / B, t = p % B;
 				int64_t lb = (int64_t)layer * k->blocks + tab[j];
-				if (pf < np && pf < p + 2 * KVS_TILE) {
-					int e = p + 3 * KVS_TILE < np ? p + 3 * KVS_TILE : np;
-					prefetch_rows(k, layer, tab, g, pf, e, 0);
-					prefetch_rows(v, layer, tab, g, pf, e, 1);
-					pf = e;
-				}
+				pf = prefetch_ahead(k, v, layer, tab, g, p, np, pf);
 				if (k->key) {
 					/* The rest of the key group (or of the window). */
 					int G = k->group, gi = t / G, te = (gi + 1) * G < B ? (gi + 1) * G : B, nt = te - t;
