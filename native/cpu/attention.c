@@ -27,6 +27,8 @@
  * position order as the header states (each weight exp(score - max) times
  * the head's 1/sum, rounded once a position, not once a pass). While a KV
  * head's keys are scored, its values are asked into L2. */
+#include <stdlib.h>
+
 #include "kv.h"
 #include "simd.h"
 
@@ -651,196 +653,278 @@ static void vsum8(int kind, int H, const void *const *rows, int c0, int n, const
 }
 #endif
 
+/* arow is one row's call to attention: what the span functions share. */
+struct arow {
+	const struct kvs_kv_plane *k, *v;
+	int32_t layer, group;
+	int p0, np, m; /* positions p0..np-1, m = np - p0 */
+	float scale;
+	const int32_t *tab; /* the row's block table */
+	const uint8_t *const *resid; /* the row's k_resid entries (keys with key groups) */
+	const float *fp8tab, *dtab;
+};
+
+/* scores writes KV head g's query heads' (qg) scores of positions pa..pb-1
+ * into sc[hh*m + p - p0]; with ahead, it keeps the keys (into L1) and
+ * values (into L2) of the tiles ahead asked for (prefetch_ahead). */
+static void scores(const struct arow *a, int g, const float *qg, int pa, int pb, int ahead, float *sc) {
+	const struct kvs_kv_plane *k = a->k;
+	int D = k->head_dim, B = k->block_size, group = a->group, m = a->m, p0 = a->p0;
+	int32_t layer = a->layer;
+	const int32_t *tab = a->tab;
+	float kb[KVS_MAX_HEAD_DIM];
+	int pf = ahead ? pa + 1 : pb; /* positions before pf are asked for */
+#if defined(__AVX512F__)
+	if (!k->key && D % 16 == 0 && D <= 256) {
+		/* Sixteen positions at a time: their key rows decoded (or read
+		 * in place) once, then each query head scores them side by
+		 * side (tile_scores). */
+		float kt[KVS_TILE * 256];
+		const float *rows[KVS_TILE];
+		for (int p = pa; p < pb; p += KVS_TILE) {
+			int tn = pb - p < KVS_TILE ? pb - p : KVS_TILE;
+			pf = prefetch_ahead(a->k, a->v, layer, tab, g, p, pb, pf);
+			for (int i = 0, j = p / B, t = p % B; i < KVS_TILE; i++) {
+				int64_t lb = (int64_t)layer * k->blocks + tab[j];
+				if (i >= tn)
+					rows[i] = rows[0];
+				else if (k->prec == KVS_KV_F32)
+					rows[i] = (const float *)k->data + lb * k->data_per_block + (int64_t)(g * B + t) * D;
+				else if (k->prec <= KVS_KV_BF16) {
+					/* f16, bf16: widened here, sixteen at a time. */
+					const uint16_t *h = (const uint16_t *)k->data + lb * k->data_per_block + (int64_t)(g * B + t) * D;
+					for (int d = 0; d < D; d += 16) _mm512_storeu_ps(kt + i * D + d, load16(h, k->prec == KVS_KV_F16 ? 1 : 2, d));
+					rows[i] = kt + i * D;
+				} else
+					kvs_decode_row(k, lb, g, t, NULL, a->fp8tab, kt + i * D), rows[i] = kt + i * D;
+				if (++t == B) t = 0, j++;
+			}
+			for (int hh = 0; hh < group; hh++) tile_scores(rows, tn, qg + (int64_t)hh * D, D, a->scale, sc + (int64_t)hh * m + p - p0);
+		}
+		return;
+	}
+#endif
+	for (int p = pa; p < pb;) {
+		int j = p / B, t = p % B;
+		int64_t lb = (int64_t)layer * k->blocks + tab[j];
+		pf = prefetch_ahead(a->k, a->v, layer, tab, g, p, pb, pf);
+		if (k->key) {
+			/* The rest of the key group (or of the span). */
+			int G = k->group, gi = t / G, te = (gi + 1) * G < B ? (gi + 1) * G : B, nt = te - t;
+			if (nt > pb - p) nt = pb - p;
+			const uint8_t *res = a->resid[j * k->groups + gi];
+			if (res) {
+				for (int i = 0; i < nt; i++) {
+					kvs_decode_row(k, lb, g, t + i, res, a->fp8tab, kb);
+					row_scores(kb, qg, group, D, a->scale, sc + p - p0 + i, m);
+				}
+			} else {
+				group_scores(k, lb, g, gi, t, nt, qg, group, a->scale, a->fp8tab, sc + p - p0, m);
+			}
+			p += nt;
+			continue;
+		}
+		const float *kr = kb;
+		if (k->prec == KVS_KV_F32)
+			kr = (const float *)k->data + lb * k->data_per_block + (int64_t)(g * B + t) * D;
+		else
+			kvs_decode_row(k, lb, g, t, NULL, a->fp8tab, kb);
+		row_scores(kr, qg, group, D, a->scale, sc + p - p0, m);
+		p++;
+	}
+}
+
+/* softmax turns each of the group's rows of scores sc (m each) into
+ * weights: the max in sixteen lanes (the same value as in order), exp, the
+ * heads' sums in double side by side, each in position order, and each
+ * weight exp(score - max) * (1/sum), once a position (the same product the
+ * weighted sums used to take a pass). */
+static void softmax(int group, int m, float *sc) {
+	double sum[KVS_MAX_GROUP];
+	for (int hh = 0; hh < group; hh++) {
+		float *s = sc + (int64_t)hh * m, lane[16];
+		for (int l = 0; l < 16; l++) lane[l] = -INFINITY;
+		int i = 0;
+		for (; i + 16 <= m; i += 16)
+			for (int l = 0; l < 16; l++) lane[l] = s[i + l] > lane[l] ? s[i + l] : lane[l];
+		for (; i < m; i++) lane[0] = s[i] > lane[0] ? s[i] : lane[0];
+		float mx = lane[0];
+		for (int l = 1; l < 16; l++) mx = lane[l] > mx ? lane[l] : mx;
+		i = 0;
+#if defined(__AVX2__)
+		for (__m256 mv = _mm256_set1_ps(mx); i + 8 <= m; i += 8)
+			_mm256_storeu_ps(s + i, kvs_expf8(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv)));
+#endif
+		for (; i < m; i++) s[i] = kvs_expf(s[i] - mx);
+		sum[hh] = 0;
+	}
+	for (int i = 0; i < m; i++)
+		for (int hh = 0; hh < group; hh++) sum[hh] += (double)sc[(int64_t)hh * m + i];
+	for (int hh = 0; hh < group; hh++) {
+		float inv = (float)(1 / sum[hh]), *s = sc + (int64_t)hh * m;
+		for (int i = 0; i < m; i++) s[i] *= inv;
+	}
+}
+
+/* values adds to KV head g's query heads' outputs og the weighted value
+ * rows of positions pa..pb-1 (weights sc[hh*m + p - p0]), in position
+ * order. */
+static void values(const struct arow *a, int g, float *og, int pa, int pb, const float *sc) {
+	const struct kvs_kv_plane *v = a->v;
+	int D = v->head_dim, B = v->block_size, group = a->group, m = a->m, p0 = a->p0;
+	int32_t layer = a->layer;
+	const int32_t *tab = a->tab;
+#if defined(__AVX512F__)
+	if (D == 64 || D == 128 || D == 256) {
+		/* Tiles of positions: each row is read in place or decoded
+		 * once, then H heads a pass take it from L1, H*D/16
+		 * accumulators in registers. */
+		const int H = D == 64 ? 4 : D == 128 ? 2 : 1;
+		/* int8 and int4 rows whose value groups hold whole runs of 16
+		 * values are decoded in registers (kinds 3, 4); int4 rows that
+		 * more than one pass would decode again are decoded once into vt
+		 * instead (kind 0). */
+		int one = v->group % 16 == 0;
+		int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : v->prec == KVS_KV_INT8 && one ? 3 : v->prec == KVS_KV_INT4 && one && group <= H ? 4 : 0;
+		float vt[KVS_TILE * 256], rs[KVS_TILE * 16];
+		const void *rows[KVS_TILE];
+		const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
+		for (int t0 = pa; t0 < pb; t0 += KVS_TILE) {
+			int tn = pb - t0 < KVS_TILE ? pb - t0 : KVS_TILE;
+			if (t0 == pa) prefetch_rows(v, layer, tab, g, t0, t0 + tn, 0);
+			if (t0 + tn < pb) prefetch_rows(v, layer, tab, g, t0 + tn, pb - t0 - tn < KVS_TILE ? pb : t0 + tn + KVS_TILE, 0);
+			for (int i = 0; i < tn; i++) {
+				int p = t0 + i, j = p / B, t = p % B;
+				int64_t lb = (int64_t)layer * v->blocks + tab[j];
+				if (kind == 1 || kind == 2) {
+					rows[i] = (const uint16_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
+				} else if (kind) {
+					int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
+					rows[i] = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * v->row_bytes;
+					for (int c = 0; c < D / 16; c++) rs[16 * i + c] = a->dtab[((const uint8_t *)v->scale)[si + (g * D + 16 * c) / v->group]];
+				} else {
+					rows[i] = value_row(v, lb, g, t, a->fp8tab, a->dtab, vt + i * D);
+				}
+			}
+			for (int h0 = 0; h0 < group;) {
+				int hn = group - h0 < H ? 1 : H;
+				fn[hn == H ? 0 : 1][kind](rows, rs, tn, sc + (int64_t)h0 * m + t0 - p0, m, og + (int64_t)h0 * D);
+				h0 += hn;
+			}
+		}
+		return;
+	}
+#elif defined(__AVX2__)
+	if (D % 32 == 0 && D <= 256) {
+		/* Tiles of positions: each row is read in place (f32, f16,
+		 * bf16) or decoded once into vt, then two heads a pass take 32
+		 * of its values at a time from L1, eight accumulators in
+		 * registers. */
+		const int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : 0;
+		float vt[KVS_TILE * 256];
+		const void *rows[KVS_TILE];
+		for (int t0 = pa; t0 < pb; t0 += KVS_TILE) {
+			int tn = pb - t0 < KVS_TILE ? pb - t0 : KVS_TILE;
+			if (t0 == pa) prefetch_rows(v, layer, tab, g, t0, t0 + tn, 0);
+			if (t0 + tn < pb) prefetch_rows(v, layer, tab, g, t0 + tn, pb - t0 - tn < KVS_TILE ? pb : t0 + tn + KVS_TILE, 0);
+			for (int i = 0; i < tn; i++) {
+				int p = t0 + i, j = p / B, t = p % B;
+				int64_t lb = (int64_t)layer * v->blocks + tab[j];
+				if (kind)
+					rows[i] = (const uint16_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
+				else
+					rows[i] = value_row(v, lb, g, t, a->fp8tab, a->dtab, vt + i * D);
+			}
+			for (int h0 = 0; h0 < group; h0 += 2) {
+				int hn = group - h0 < 2 ? 1 : 2;
+				for (int c0 = 0; c0 < D; c0 += 32)
+					vsum8(kind, hn, rows, c0, tn, sc + (int64_t)h0 * m + t0 - p0, m, og + (int64_t)h0 * D, D);
+			}
+		}
+		return;
+	}
+#endif
+	float vb[KVS_MAX_HEAD_DIM];
+	for (int p = pa; p < pb; p++) {
+		int j = p / B, t = p % B;
+		int64_t lb = (int64_t)layer * v->blocks + tab[j];
+		const float *vr = value_row(v, lb, g, t, a->fp8tab, a->dtab, vb);
+		for (int hh = 0; hh < group; hh++) {
+			float pr = sc[(int64_t)hh * m + p - p0], *oh = og + hh * D;
+			for (int d = 0; d < D; d++) oh[d] += pr * vr[d];
+		}
+	}
+}
+
+/* KVS_SPAN_FLOATS bounds the scores attention keeps for several KV heads
+ * at once (1 MiB). */
+#define KVS_SPAN_FLOATS (256 * 1024)
+
+/* attention runs KV heads head0/group..head1/group of each row. With two
+ * or more query heads a KV head (group), one KV head at a time: its keys
+ * scored with the tiles ahead asked for (its values into L2, for the
+ * weighted sums that follow), its softmax, its values. With one query head
+ * a KV head there is too little arithmetic a row to hide the misses
+ * behind: a KV head's rows of one block are a few KB (16 positions of 128
+ * f16 values: 4 KB), short runs far apart that the hardware prefetcher
+ * does not follow, and such a layer read its f16 K/V at about a quarter of
+ * a core's rate. So there the heads go block by block: every KV head's
+ * keys of one block (a block holds its KV heads' rows one after another,
+ * one run of memory), then of the next; each head's softmax; the values
+ * likewise (dispatch.c gives each thread its heads in one range). Their
+ * scores need more room than the caller's scratch (one KV head's): up to
+ * KVS_SPAN_FLOATS of a buffer of the call's own, or one head at a time in
+ * scratch where that cannot be had. Keys in key groups (int8, int4, fp8)
+ * compute more a byte and keep the head-by-head order, which measured
+ * faster for them. Either way each head's arithmetic is done in the same
+ * order. */
 static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, int32_t layer, int64_t n,
                      int32_t heads, int32_t head0, int32_t head1, int32_t window, float scale, const float *q, const int32_t *n_pos, const int32_t *tables,
                      const int64_t *table_off, const uint8_t *const *k_resid, float *scratch, float *out) {
 	int D = k->head_dim, B = k->block_size, group = heads / k->kv_heads;
-	float fp8tab[256], kb[KVS_MAX_HEAD_DIM], dtab[256];
+	float fp8tab[256], dtab[256];
 	if (k->prec == KVS_KV_FP8 || v->prec == KVS_KV_FP8)
 		for (int c = 0; c < 256; c++) fp8tab[c] = kvs_fp8((uint8_t)c);
 	/* The scale bytes' values: E5M3 (int8 values), signed E5M2 (int4). */
 	if (v->prec == KVS_KV_INT8 || v->prec == KVS_KV_INT4)
 		for (int c = 0; c < 256; c++) dtab[c] = v->prec == KVS_KV_INT8 ? kvs_s8((uint8_t)c) : kvs_z8((uint8_t)c);
+	int g0 = head0 / group, g1 = head1 / group;
 	for (int64_t r = 0; r < n; r++) {
-		int np = n_pos[r], p0 = window > 0 && np > window ? np - window : 0, m = np - p0;
-		const int32_t *tab = tables + table_off[r];
-		/* The query heads of one KV head share each decoded K and V row. */
-		for (int g = head0 / group; g < head1 / group; g++) {
-			const float *qg = q + (r * heads + (int64_t)g * group) * D;
-			float *og = out + (r * heads + (int64_t)g * group) * D;
-			int pf = p0 + 1; /* positions before pf are prefetched */
-#if defined(__AVX512F__)
-			if (!k->key && D % 16 == 0 && D <= 256) {
-				/* Sixteen positions at a time: their key rows decoded
-				 * (or read in place) once, then each query head scores
-				 * them side by side (tile_scores). */
-				float kt[KVS_TILE * 256];
-				const float *rows[KVS_TILE];
-				for (int p = p0; p < np; p += KVS_TILE) {
-					int tn = np - p < KVS_TILE ? np - p : KVS_TILE;
-					pf = prefetch_ahead(k, v, layer, tab, g, p, np, pf);
-					for (int i = 0, j = p / B, t = p % B; i < KVS_TILE; i++) {
-						int64_t lb = (int64_t)layer * k->blocks + tab[j];
-						if (i >= tn)
-							rows[i] = rows[0];
-						else if (k->prec == KVS_KV_F32)
-							rows[i] = (const float *)k->data + lb * k->data_per_block + (int64_t)(g * B + t) * D;
-						else if (k->prec <= KVS_KV_BF16) {
-							/* f16, bf16: widened here, sixteen at a time. */
-							const uint16_t *h = (const uint16_t *)k->data + lb * k->data_per_block + (int64_t)(g * B + t) * D;
-							for (int d = 0; d < D; d += 16) _mm512_storeu_ps(kt + i * D + d, load16(h, k->prec == KVS_KV_F16 ? 1 : 2, d));
-							rows[i] = kt + i * D;
-						} else
-							kvs_decode_row(k, lb, g, t, NULL, fp8tab, kt + i * D), rows[i] = kt + i * D;
-						if (++t == B) t = 0, j++;
-					}
-					for (int hh = 0; hh < group; hh++) tile_scores(rows, tn, qg + (int64_t)hh * D, D, scale, scratch + (int64_t)hh * m + p - p0);
-				}
-			} else
-#endif
-			for (int p = p0; p < np;) {
-				int j = p / B, t = p % B;
-				int64_t lb = (int64_t)layer * k->blocks + tab[j];
-				pf = prefetch_ahead(k, v, layer, tab, g, p, np, pf);
-				if (k->key) {
-					/* The rest of the key group (or of the window). */
-					int G = k->group, gi = t / G, te = (gi + 1) * G < B ? (gi + 1) * G : B, nt = te - t;
-					if (nt > np - p) nt = np - p;
-					const uint8_t *res = k_resid[(table_off[r] + j) * k->groups + gi];
-					if (res) {
-						for (int i = 0; i < nt; i++) {
-							kvs_decode_row(k, lb, g, t + i, res, fp8tab, kb);
-							row_scores(kb, qg, group, D, scale, scratch + p - p0 + i, m);
-						}
-					} else {
-						group_scores(k, lb, g, gi, t, nt, qg, group, scale, fp8tab, scratch + p - p0, m);
-					}
-					p += nt;
-					continue;
-				}
-				const float *kr = kb;
-				if (k->prec == KVS_KV_F32)
-					kr = (const float *)k->data + lb * k->data_per_block + (int64_t)(g * B + t) * D;
-				else
-					kvs_decode_row(k, lb, g, t, NULL, fp8tab, kb);
-				row_scores(kr, qg, group, D, scale, scratch + p - p0, m);
-				p++;
+		int np = n_pos[r], p0 = window > 0 && np > window ? np - window : 0;
+		struct arow a = {k, v, layer, group, p0, np, np - p0, scale, tables + table_off[r],
+		                 k->key ? k_resid + table_off[r] * k->groups : NULL, fp8tab, dtab};
+		int64_t per = (int64_t)group * a.m;
+		int ng = group > 1 || k->key ? 1 : per * (g1 - g0) <= KVS_SPAN_FLOATS ? g1 - g0 : (int)(KVS_SPAN_FLOATS / per);
+		float *buf = ng > 1 ? malloc((size_t)(ng * per) * sizeof(float)) : NULL;
+		if (!buf) ng = 1;
+		float *sc = buf ? buf : scratch;
+		/* Spans: one block each (block by block), or the whole range. */
+		int span = ng > 1 ? B : np;
+		for (int ga = g0; ga < g1; ga += ng) {
+			int gb = ga + ng < g1 ? ga + ng : g1;
+			for (int pa = p0; pa < np;) {
+				int pb = (pa / span + 1) * span < np ? (pa / span + 1) * span : np;
+				for (int g = ga; g < gb; g++)
+					scores(&a, g, q + (r * heads + (int64_t)g * group) * D, pa, pb, ng == 1, sc + (g - ga) * per);
+				pa = pb;
 			}
-			/* Softmax per query head: the max in sixteen lanes (the
-			 * same value as in order), exp, then the heads' sums in
-			 * double side by side, each in position order. */
-			double sum[KVS_MAX_GROUP];
-			for (int hh = 0; hh < group; hh++) {
-				float *sc = scratch + (int64_t)hh * m, lane[16];
-				for (int l = 0; l < 16; l++) lane[l] = -INFINITY;
-				int i = 0;
-				for (; i + 16 <= m; i += 16)
-					for (int l = 0; l < 16; l++) lane[l] = sc[i + l] > lane[l] ? sc[i + l] : lane[l];
-				for (; i < m; i++) lane[0] = sc[i] > lane[0] ? sc[i] : lane[0];
-				float mx = lane[0];
-				for (int l = 1; l < 16; l++) mx = lane[l] > mx ? lane[l] : mx;
-				i = 0;
-#if defined(__AVX2__)
-				for (__m256 mv = _mm256_set1_ps(mx); i + 8 <= m; i += 8)
-					_mm256_storeu_ps(sc + i, kvs_expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + i), mv)));
-#endif
-				for (; i < m; i++) sc[i] = kvs_expf(sc[i] - mx);
-				sum[hh] = 0;
+			for (int g = ga; g < gb; g++) {
+				float *og = out + (r * heads + (int64_t)g * group) * D;
+				softmax(group, a.m, sc + (g - ga) * per);
+				for (int d = 0; d < group * D; d++) og[d] = 0;
 			}
-			for (int i = 0; i < m; i++)
-				for (int hh = 0; hh < group; hh++) sum[hh] += (double)scratch[(int64_t)hh * m + i];
-			/* Each head's weights, exp(score - max) * (1/sum), once a
-			 * position (the same product the weighted sums used to take
-			 * a pass). */
-			for (int hh = 0; hh < group; hh++) {
-				float inv = (float)(1 / sum[hh]), *sc = scratch + (int64_t)hh * m;
-				for (int i = 0; i < m; i++) sc[i] *= inv;
-				for (int d = 0; d < D; d++) og[hh * D + d] = 0;
-			}
-#if defined(__AVX512F__)
-			if (D == 64 || D == 128 || D == 256) {
-				/* Tiles of positions: each row is read in place or
-				 * decoded once, then H heads a pass take it from L1,
-				 * H*D/16 accumulators in registers. */
-				const int H = D == 64 ? 4 : D == 128 ? 2 : 1;
-				/* int8 and int4 rows whose value groups hold whole runs
-				 * of 16 values are decoded in registers (kinds 3, 4);
-				 * int4 rows that more than one pass would decode again
-				 * are decoded once into vt instead (kind 0). */
-				int one = v->group % 16 == 0;
-				int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : v->prec == KVS_KV_INT8 && one ? 3 : v->prec == KVS_KV_INT4 && one && group <= H ? 4 : 0;
-				float vt[KVS_TILE * 256], rs[KVS_TILE * 16];
-				const void *rows[KVS_TILE];
-				const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
-				for (int pa = p0; pa < np; pa += KVS_TILE) {
-					int tn = np - pa < KVS_TILE ? np - pa : KVS_TILE;
-					if (pa == p0) prefetch_rows(v, layer, tab, g, pa, pa + tn, 0);
-					if (pa + tn < np) prefetch_rows(v, layer, tab, g, pa + tn, np - pa - tn < KVS_TILE ? np : pa + tn + KVS_TILE, 0);
-					for (int i = 0; i < tn; i++) {
-						int p = pa + i, j = p / B, t = p % B;
-						int64_t lb = (int64_t)layer * v->blocks + tab[j];
-						if (kind == 1 || kind == 2) {
-							rows[i] = (const uint16_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
-						} else if (kind) {
-							int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
-							rows[i] = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * v->row_bytes;
-							for (int c = 0; c < D / 16; c++) rs[16 * i + c] = dtab[((const uint8_t *)v->scale)[si + (g * D + 16 * c) / v->group]];
-						} else {
-							rows[i] = value_row(v, lb, g, t, fp8tab, dtab, vt + i * D);
-						}
-					}
-					for (int h0 = 0; h0 < group;) {
-						int hn = group - h0 < H ? 1 : H;
-						fn[hn == H ? 0 : 1][kind](rows, rs, tn, scratch + (int64_t)h0 * m + pa - p0, m, og + (int64_t)h0 * D);
-						h0 += hn;
-					}
-				}
-			} else
-#elif defined(__AVX2__)
-			if (D % 32 == 0 && D <= 256) {
-				/* Tiles of positions: each row is read in place (f32,
-				 * f16, bf16) or decoded once into vt, then two heads a
-				 * pass take 32 of its values at a time from L1, eight
-				 * accumulators in registers. */
-				const int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : 0;
-				float vt[KVS_TILE * 256];
-				const void *rows[KVS_TILE];
-				for (int pa = p0; pa < np; pa += KVS_TILE) {
-					int tn = np - pa < KVS_TILE ? np - pa : KVS_TILE;
-					if (pa == p0) prefetch_rows(v, layer, tab, g, pa, pa + tn, 0);
-					if (pa + tn < np) prefetch_rows(v, layer, tab, g, pa + tn, np - pa - tn < KVS_TILE ? np : pa + tn + KVS_TILE, 0);
-					for (int i = 0; i < tn; i++) {
-						int p = pa + i, j = p / B, t = p % B;
-						int64_t lb = (int64_t)layer * v->blocks + tab[j];
-						if (kind)
-							rows[i] = (const uint16_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
-						else
-							rows[i] = value_row(v, lb, g, t, fp8tab, dtab, vt + i * D);
-					}
-					for (int h0 = 0; h0 < group; h0 += 2) {
-						int hn = group - h0 < 2 ? 1 : 2;
-						for (int c0 = 0; c0 < D; c0 += 32)
-							vsum8(kind, hn, rows, c0, tn, scratch + (int64_t)h0 * m + pa - p0, m, og + (int64_t)h0 * D, D);
-					}
-				}
-			} else
-#endif
-			{
-				for (int p = p0; p < np; p++) {
-					int j = p / B, t = p % B;
-					int64_t lb = (int64_t)layer * v->blocks + tab[j];
-					const float *vr = value_row(v, lb, g, t, fp8tab, dtab, kb);
-					for (int hh = 0; hh < group; hh++) {
-						float pr = scratch[(int64_t)hh * m + p - p0], *oh = og + hh * D;
-						for (int d = 0; d < D; d++) oh[d] += pr * vr[d];
-					}
-				}
+			for (int pa = p0; pa < np;) {
+				int pb = (pa / span + 1) * span < np ? (pa / span + 1) * span : np;
+				for (int g = ga; g < gb; g++) values(&a, g, out + (r * heads + (int64_t)g * group) * D, pa, pb, sc + (g - ga) * per);
+				pa = pb;
 			}
 			/* int4 values were weighted rotated: rotate each head's sum
 			 * back once. */
 			if (v->prec == KVS_KV_INT4)
-				for (int hh = 0; hh < group; hh++) kvs_wht(og + (int64_t)hh * D, D);
+				for (int g = ga; g < gb; g++)
+					for (int hh = 0; hh < group; hh++) kvs_wht(out + (r * heads + (int64_t)g * group + hh) * D, D);
 		}
+		free(buf);
 	}
 	return KVS_OK;
 }

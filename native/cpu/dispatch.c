@@ -438,5 +438,10 @@ int kvs_attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v, in
 	struct attn_job j = {ops(), k, v, layer, heads, group, g0, g1 - g0, window, scale, q, n_pos, tables, table_off,
 	                     k_resid, scratch, group * maxp, out};
 	int64_t units = n * (g1 - g0);
-	return kvs_par(units, 1, units > 1, attn_part, &j);
+	/* One query head a KV head (keys without key groups): attention.c
+	 * runs a thread's KV heads block by block, so each thread takes its
+	 * share of a row's heads in one range (the longest runs of each
+	 * block). */
+	int64_t unit = group == 1 && !k->key ? (g1 - g0 + kvs_threads() - 1) / kvs_threads() : 1;
+	return kvs_par(units, unit, units > 1, attn_part, &j);
 }

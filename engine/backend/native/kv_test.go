@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -292,6 +293,69 @@ func TestAttentionParity(t *testing.T) {
 				}
 				if j := sameBits(one, out[i*qd:(i+1)*qd]); j >= 0 {
 					t.Fatalf("%s: row %d output %d alone is %g, with the other rows %g", name, i, j, one[j], out[i*qd+j])
+				}
+			}
+		}
+	}
+}
+
+// TestAttentionOneHeadAKVHead covers layers with one query head a KV head,
+// which attention.c runs block by block across the KV heads a thread
+// takes (with scores of its own; int8 keys head by head, as with larger
+// groups), on one library thread and on two: rows
+// ending mid-block, every path with the scalar path's bits, the scalar
+// path within the reference's bound, each row alone with its bits in the
+// call, and the same bits on one thread as on two.
+func TestAttentionOneHeadAKVHead(t *testing.T) {
+	l := loadLib(t)
+	defer l.SetPath(-1)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	r := rand.New(rand.NewPCG(51, 52))
+	for _, c := range []attnCase{
+		{k: kvstore.F16, v: kvstore.F16, blockSize: 16, kvHeads: 8, heads: 8, dim: 16},
+		{k: kvstore.Q8_0, v: kvstore.Int4, blockSize: 16, kvHeads: 8, heads: 8, dim: 32},
+		{k: kvstore.BF16, v: kvstore.Int8, blockSize: 7, kvHeads: 8, heads: 8, dim: 64},
+		{k: kvstore.Int8, v: kvstore.F16, blockSize: 16, kvHeads: 8, heads: 8, dim: 32},
+	} {
+		n := 700
+		s, tables := seqStore(t, r, c, []int{n})
+		rows := []AttnRow{{n, tables[0]}, {n - 37, tables[0]}, {300, tables[0]}}
+		qd := c.heads * c.dim
+		q := randVec(r, len(rows)*qd)
+		scale := float32(1 / math.Sqrt(float64(c.dim)))
+		var scalar []float32
+		for _, procs := range []int{1, 2} {
+			runtime.GOMAXPROCS(procs)
+			for _, p := range l.Paths() {
+				if err := l.SetPath(p); err != nil {
+					t.Fatal(err)
+				}
+				name := fmt.Sprintf("K%v/V%v/%d threads/%s", c.k, c.v, procs, l.PathName(p))
+				out := make([]float32, len(q))
+				if err := l.Attention(s, 1, c.heads, scale, q, rows, out); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if scalar == nil {
+					scalar = out
+					for i, row := range rows {
+						want, bound := refAttention(s, 1, c.heads, 0, scale, q[i*qd:(i+1)*qd], row)
+						for j, w := range want {
+							if e := math.Abs(float64(out[i*qd+j]) - w); !(e <= bound[j]) {
+								t.Fatalf("%s: row %d output %d is %g, reference %g: error %.3g over the bound %.3g", name, i, j, out[i*qd+j], w, e, bound[j])
+							}
+						}
+					}
+				} else if i := sameBits(out, scalar); i >= 0 {
+					t.Fatalf("%s: output %d is %g, the scalar path on one thread gave %g", name, i, out[i], scalar[i])
+				}
+				for i := range rows {
+					one := make([]float32, qd)
+					if err := l.Attention(s, 1, c.heads, scale, q[i*qd:(i+1)*qd], rows[i:i+1], one); err != nil {
+						t.Fatal(err)
+					}
+					if j := sameBits(one, out[i*qd:(i+1)*qd]); j >= 0 {
+						t.Fatalf("%s: row %d output %d alone is %g, with the other rows %g", name, i, j, one[j], out[i*qd+j])
+					}
 				}
 			}
 		}
