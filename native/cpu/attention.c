@@ -26,7 +26,9 @@
  * code's operations), or read in place (f32, f16, bf16), and weighted in
  * position order as the header states (each weight exp(score - max) times
  * the head's 1/sum, rounded once a position, not once a pass). While a KV
- * head's keys are scored, its values are asked into L2. */
+ * head's keys are scored, its values are asked into L2; a layer with one
+ * query head a KV head (keys without key groups) goes block by block
+ * across its KV heads instead (attention, below). */
 #include <stdlib.h>
 
 #include "kv.h"
@@ -766,6 +768,13 @@ static void softmax(int group, int m, float *sc) {
 	}
 }
 
+/* prefetch_tile asks for KV head g's value rows of the tile at t0 (tn
+ * rows) into L1 at the start of span pa..pb-1, and for the next tile's. */
+static inline void prefetch_tile(const struct arow *a, int g, int pa, int pb, int t0, int tn) {
+	if (t0 == pa) prefetch_rows(a->v, a->layer, a->tab, g, t0, t0 + tn, 0);
+	if (t0 + tn < pb) prefetch_rows(a->v, a->layer, a->tab, g, t0 + tn, pb - t0 - tn < KVS_TILE ? pb : t0 + tn + KVS_TILE, 0);
+}
+
 /* values adds to KV head g's query heads' outputs og the weighted value
  * rows of positions pa..pb-1 (weights sc[hh*m + p - p0]), in position
  * order. */
@@ -791,8 +800,7 @@ static void values(const struct arow *a, int g, float *og, int pa, int pb, const
 		const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
 		for (int t0 = pa; t0 < pb; t0 += KVS_TILE) {
 			int tn = pb - t0 < KVS_TILE ? pb - t0 : KVS_TILE;
-			if (t0 == pa) prefetch_rows(v, layer, tab, g, t0, t0 + tn, 0);
-			if (t0 + tn < pb) prefetch_rows(v, layer, tab, g, t0 + tn, pb - t0 - tn < KVS_TILE ? pb : t0 + tn + KVS_TILE, 0);
+			prefetch_tile(a, g, pa, pb, t0, tn);
 			for (int i = 0; i < tn; i++) {
 				int p = t0 + i, j = p / B, t = p % B;
 				int64_t lb = (int64_t)layer * v->blocks + tab[j];
@@ -825,8 +833,7 @@ static void values(const struct arow *a, int g, float *og, int pa, int pb, const
 		const void *rows[KVS_TILE];
 		for (int t0 = pa; t0 < pb; t0 += KVS_TILE) {
 			int tn = pb - t0 < KVS_TILE ? pb - t0 : KVS_TILE;
-			if (t0 == pa) prefetch_rows(v, layer, tab, g, t0, t0 + tn, 0);
-			if (t0 + tn < pb) prefetch_rows(v, layer, tab, g, t0 + tn, pb - t0 - tn < KVS_TILE ? pb : t0 + tn + KVS_TILE, 0);
+			prefetch_tile(a, g, pa, pb, t0, tn);
 			for (int i = 0; i < tn; i++) {
 				int p = t0 + i, j = p / B, t = p % B;
 				int64_t lb = (int64_t)layer * v->blocks + tab[j];
@@ -854,6 +861,13 @@ static void values(const struct arow *a, int g, float *og, int pa, int pb, const
 			for (int d = 0; d < D; d++) oh[d] += pr * vr[d];
 		}
 	}
+}
+
+/* span_end is where the span of position pa ends: the next multiple of
+ * span, or np. */
+static inline int span_end(int pa, int span, int np) {
+	int e = (pa / span + 1) * span;
+	return e < np ? e : np;
 }
 
 /* KVS_SPAN_FLOATS bounds the scores attention keeps for several KV heads
@@ -902,21 +916,19 @@ static int attention(const struct kvs_kv_plane *k, const struct kvs_kv_plane *v,
 		int span = ng > 1 ? B : np;
 		for (int ga = g0; ga < g1; ga += ng) {
 			int gb = ga + ng < g1 ? ga + ng : g1;
-			for (int pa = p0; pa < np;) {
-				int pb = (pa / span + 1) * span < np ? (pa / span + 1) * span : np;
+			for (int pa = p0, pb; pa < np; pa = pb) {
+				pb = span_end(pa, span, np);
 				for (int g = ga; g < gb; g++)
 					scores(&a, g, q + (r * heads + (int64_t)g * group) * D, pa, pb, ng == 1, sc + (g - ga) * per);
-				pa = pb;
 			}
 			for (int g = ga; g < gb; g++) {
 				float *og = out + (r * heads + (int64_t)g * group) * D;
 				softmax(group, a.m, sc + (g - ga) * per);
 				for (int d = 0; d < group * D; d++) og[d] = 0;
 			}
-			for (int pa = p0; pa < np;) {
-				int pb = (pa / span + 1) * span < np ? (pa / span + 1) * span : np;
+			for (int pa = p0, pb; pa < np; pa = pb) {
+				pb = span_end(pa, span, np);
 				for (int g = ga; g < gb; g++) values(&a, g, out + (r * heads + (int64_t)g * group) * D, pa, pb, sc + (g - ga) * per);
-				pa = pb;
 			}
 			/* int4 values were weighted rotated: rotate each head's sum
 			 * back once. */

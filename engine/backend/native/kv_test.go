@@ -266,37 +266,49 @@ func TestAttentionParity(t *testing.T) {
 			if err := l.SetPath(p); err != nil {
 				t.Fatal(err)
 			}
-			name := name + "/" + l.PathName(p)
-			out := make([]float32, len(q))
-			if err := l.Attention(s, 1, c.heads, scale, q, rows, out); err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
+			// The other paths must give the scalar path's bits, so the
+			// reference need only check that one.
+			out := checkAttention(t, l, name+"/"+l.PathName(p), s, c.heads, scale, q, rows, scalar)
 			if p == PathScalar {
-				// The other paths must give these bits, so the reference
-				// need only check this one.
 				scalar = out
-				for i, row := range rows {
-					want, bound := refAttention(s, 1, c.heads, 0, scale, q[i*qd:(i+1)*qd], row)
-					for j, w := range want {
-						if e := math.Abs(float64(out[i*qd+j]) - w); !(e <= bound[j]) {
-							t.Fatalf("%s: row %d output %d is %g, reference %g: error %.3g over the bound %.3g", name, i, j, out[i*qd+j], w, e, bound[j])
-						}
-					}
-				}
-			} else if i := sameBits(out, scalar); i >= 0 {
-				t.Fatalf("%s: output %d is %g, the scalar path gave %g", name, i, out[i], scalar[i])
-			}
-			for i := range rows {
-				one := make([]float32, qd)
-				if err := l.Attention(s, 1, c.heads, scale, q[i*qd:(i+1)*qd], rows[i:i+1], one); err != nil {
-					t.Fatal(err)
-				}
-				if j := sameBits(one, out[i*qd:(i+1)*qd]); j >= 0 {
-					t.Fatalf("%s: row %d output %d alone is %g, with the other rows %g", name, i, j, one[j], out[i*qd+j])
-				}
 			}
 		}
 	}
+}
+
+// checkAttention runs attention on rows (layer 1) and returns its output,
+// having checked it against the reference within its bound where want is
+// nil, else bit for bit against want, and that each row alone gives its
+// bits in the call.
+func checkAttention(t *testing.T, l *Lib, name string, s *kvstore.Store, heads int, scale float32, q []float32, rows []AttnRow, want []float32) []float32 {
+	t.Helper()
+	qd := len(q) / len(rows)
+	out := make([]float32, len(q))
+	if err := l.Attention(s, 1, heads, scale, q, rows, out); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if want == nil {
+		for i, row := range rows {
+			ref, bound := refAttention(s, 1, heads, 0, scale, q[i*qd:(i+1)*qd], row)
+			for j, w := range ref {
+				if e := math.Abs(float64(out[i*qd+j]) - w); !(e <= bound[j]) {
+					t.Fatalf("%s: row %d output %d is %g, reference %g: error %.3g over the bound %.3g", name, i, j, out[i*qd+j], w, e, bound[j])
+				}
+			}
+		}
+	} else if i := sameBits(out, want); i >= 0 {
+		t.Fatalf("%s: output %d is %g, the scalar path gave %g", name, i, out[i], want[i])
+	}
+	for i := range rows {
+		one := make([]float32, qd)
+		if err := l.Attention(s, 1, heads, scale, q[i*qd:(i+1)*qd], rows[i:i+1], one); err != nil {
+			t.Fatal(err)
+		}
+		if j := sameBits(one, out[i*qd:(i+1)*qd]); j >= 0 {
+			t.Fatalf("%s: row %d output %d alone is %g, with the other rows %g", name, i, j, one[j], out[i*qd+j])
+		}
+	}
+	return out
 }
 
 // TestAttentionOneHeadAKVHead covers layers with one query head a KV head,
@@ -323,7 +335,7 @@ func TestAttentionOneHeadAKVHead(t *testing.T) {
 		qd := c.heads * c.dim
 		q := randVec(r, len(rows)*qd)
 		scale := float32(1 / math.Sqrt(float64(c.dim)))
-		var scalar []float32
+		var scalar []float32 // the scalar path's on one thread
 		for _, procs := range []int{1, 2} {
 			runtime.GOMAXPROCS(procs)
 			for _, p := range l.Paths() {
@@ -331,31 +343,8 @@ func TestAttentionOneHeadAKVHead(t *testing.T) {
 					t.Fatal(err)
 				}
 				name := fmt.Sprintf("K%v/V%v/%d threads/%s", c.k, c.v, procs, l.PathName(p))
-				out := make([]float32, len(q))
-				if err := l.Attention(s, 1, c.heads, scale, q, rows, out); err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
-				if scalar == nil {
+				if out := checkAttention(t, l, name, s, c.heads, scale, q, rows, scalar); scalar == nil {
 					scalar = out
-					for i, row := range rows {
-						want, bound := refAttention(s, 1, c.heads, 0, scale, q[i*qd:(i+1)*qd], row)
-						for j, w := range want {
-							if e := math.Abs(float64(out[i*qd+j]) - w); !(e <= bound[j]) {
-								t.Fatalf("%s: row %d output %d is %g, reference %g: error %.3g over the bound %.3g", name, i, j, out[i*qd+j], w, e, bound[j])
-							}
-						}
-					}
-				} else if i := sameBits(out, scalar); i >= 0 {
-					t.Fatalf("%s: output %d is %g, the scalar path on one thread gave %g", name, i, out[i], scalar[i])
-				}
-				for i := range rows {
-					one := make([]float32, qd)
-					if err := l.Attention(s, 1, c.heads, scale, q[i*qd:(i+1)*qd], rows[i:i+1], one); err != nil {
-						t.Fatal(err)
-					}
-					if j := sameBits(one, out[i*qd:(i+1)*qd]); j >= 0 {
-						t.Fatalf("%s: row %d output %d alone is %g, with the other rows %g", name, i, j, one[j], out[i*qd+j])
-					}
 				}
 			}
 		}
