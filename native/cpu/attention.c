@@ -557,8 +557,9 @@ static inline const float *value_row(const struct kvs_kv_plane *v, int64_t lb, i
 
 #if defined(__AVX512F__)
 /* vrow16 returns values 16c..16c+15 of a tile's row: f32 (kind 0), f16 or
- * bf16 bits (1, 2), or int8 or int4 codes of one value group with scale
- * rs[c] decoded as value_row does (3, 4: int4 rows still rotated). */
+ * bf16 bits (1, 2), or int8 or q8_0 (3) or int4 (4) codes of one value
+ * group with scale rs[c] decoded as value_row does (int4 rows still
+ * rotated). */
 static inline __attribute__((always_inline)) __m512 vrow16(const int kind, const void *row, int c, const float *rs) {
 	if (kind <= 2) return load16(row, kind, 16 * c);
 	const uint8_t *b = (const uint8_t *)row;
@@ -789,12 +790,13 @@ static void values(const struct arow *a, int g, float *og, int pa, int pb, const
 		 * once, then H heads a pass take it from L1, H*D/16
 		 * accumulators in registers. */
 		const int H = D == 64 ? 4 : D == 128 ? 2 : 1;
-		/* int8 and int4 rows whose value groups hold whole runs of 16
-		 * values are decoded in registers (kinds 3, 4); int4 rows that
+		/* int8, q8_0 and int4 rows whose value groups hold whole runs of
+		 * 16 values are decoded in registers (kinds 3, 4); int4 rows that
 		 * more than one pass would decode again are decoded once into vt
 		 * instead (kind 0). */
 		int one = v->group % 16 == 0;
-		int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : v->prec == KVS_KV_INT8 && one ? 3 : v->prec == KVS_KV_INT4 && one && group <= H ? 4 : 0;
+		int q8 = v->prec == KVS_KV_Q8_0;
+		int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : (v->prec == KVS_KV_INT8 || q8) && one ? 3 : v->prec == KVS_KV_INT4 && one && group <= H ? 4 : 0;
 		float vt[KVS_TILE * 256], rs[KVS_TILE * 16];
 		const void *rows[KVS_TILE];
 		const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
@@ -809,7 +811,10 @@ static void values(const struct arow *a, int g, float *og, int pa, int pb, const
 				} else if (kind) {
 					int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
 					rows[i] = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * v->row_bytes;
-					for (int c = 0; c < D / 16; c++) rs[16 * i + c] = a->dtab[((const uint8_t *)v->scale)[si + (g * D + 16 * c) / v->group]];
+					for (int c = 0; c < D / 16; c++) {
+						int64_t x = si + (g * D + 16 * c) / v->group;
+						rs[16 * i + c] = q8 ? kvs_h2f(((const uint16_t *)v->scale)[x]) : a->dtab[((const uint8_t *)v->scale)[x]];
+					}
 				} else {
 					rows[i] = value_row(v, lb, g, t, a->fp8tab, a->dtab, vt + i * D);
 				}
