@@ -698,6 +698,17 @@ static void scores(const struct arow *a, int g, const float *qg, int pa, int pb,
 					const uint16_t *h = (const uint16_t *)k->data + lb * k->data_per_block + (int64_t)(g * B + t) * D;
 					for (int d = 0; d < D; d += 16) _mm512_storeu_ps(kt + i * D + d, load16(h, k->prec == KVS_KV_F16 ? 1 : 2, d));
 					rows[i] = kt + i * D;
+				} else if (k->prec == KVS_KV_Q8_0 && k->group % 16 == 0) {
+					/* q8_0: sixteen codes at a time times their group's
+					 * scale, kvs_decode_row's products. */
+					const int8_t *src = (const int8_t *)k->data + lb * k->data_per_block + (int64_t)(g * B + t) * k->row_bytes;
+					const uint16_t *ks = (const uint16_t *)k->scale + lb * k->scales_per_block + (int64_t)t * k->groups;
+					for (int d = 0; d < D; d += 16) {
+						__m512 sv = _mm512_set1_ps(kvs_h2f(ks[(g * D + d) / k->group]));
+						__m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + d))));
+						_mm512_storeu_ps(kt + i * D + d, _mm512_mul_ps(q, sv));
+					}
+					rows[i] = kt + i * D;
 				} else
 					kvs_decode_row(k, lb, g, t, NULL, a->fp8tab, kt + i * D), rows[i] = kt + i * D;
 				if (++t == B) t = 0, j++;
