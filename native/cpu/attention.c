@@ -593,8 +593,9 @@ static inline __attribute__((always_inline)) void vsum_tile(const int C, const i
 		for (int c = 0; c < C; c++) _mm512_storeu_ps(out + h * D + 16 * c, acc[h * C + c]);
 }
 
-/* vsum_tile's instances, one function each: [head dim 64, 128, 256][H = 4,
- * 2, 1 heads a pass (16 accumulators), or one head][kind]. */
+/* vsum_tile's instances, one function each: [head dim 64, 96, 128,
+ * 256][H = 4, 2, 2, 1 heads a pass (16, 12, 16, 16 accumulators), or one
+ * head][kind]. */
 typedef void (*vsum_fn)(const void *const *, const float *, int, const float *, int64_t, float *);
 #define KVS_VSUM_FN(name, C, H, kind)                                                                                      \
 	static void name(const void *const *rows, const float *rs, int n, const float *w, int64_t m, float *out) {           \
@@ -606,13 +607,16 @@ typedef void (*vsum_fn)(const void *const *, const float *, int, const float *, 
 	KVS_VSUM_FN(name##_2, C, H, 2) KVS_VSUM_FN(name##_3, C, H, 3) KVS_VSUM_FN(name##_4, C, H, 4)
 KVS_VSUM_KINDS(vsum64, 4, 4)
 KVS_VSUM_KINDS(vsum64h, 4, 1)
+KVS_VSUM_KINDS(vsum96, 6, 2)
+KVS_VSUM_KINDS(vsum96h, 6, 1)
 KVS_VSUM_KINDS(vsum128, 8, 2)
 KVS_VSUM_KINDS(vsum128h, 8, 1)
 KVS_VSUM_KINDS(vsum256, 16, 1)
 #undef KVS_VSUM_KINDS
 #undef KVS_VSUM_FN
 #define KVS_VSUM_ROW(name) {name##_0, name##_1, name##_2, name##_3, name##_4}
-static const vsum_fn vsum_fns[3][2][5] = {{KVS_VSUM_ROW(vsum64), KVS_VSUM_ROW(vsum64h)},
+static const vsum_fn vsum_fns[4][2][5] = {{KVS_VSUM_ROW(vsum64), KVS_VSUM_ROW(vsum64h)},
+                                          {KVS_VSUM_ROW(vsum96), KVS_VSUM_ROW(vsum96h)},
                                           {KVS_VSUM_ROW(vsum128), KVS_VSUM_ROW(vsum128h)},
                                           {KVS_VSUM_ROW(vsum256), KVS_VSUM_ROW(vsum256)}};
 #undef KVS_VSUM_ROW
@@ -796,11 +800,11 @@ static void values(const struct arow *a, int g, float *og, int pa, int pb, const
 	int32_t layer = a->layer;
 	const int32_t *tab = a->tab;
 #if defined(__AVX512F__)
-	if (D == 64 || D == 128 || D == 256) {
+	if (D == 64 || D == 96 || D == 128 || D == 256) {
 		/* Tiles of positions: each row is read in place or decoded
 		 * once, then H heads a pass take it from L1, H*D/16
 		 * accumulators in registers. */
-		const int H = D == 64 ? 4 : D == 128 ? 2 : 1;
+		const int H = D == 64 ? 4 : D <= 128 ? 2 : 1;
 		/* int8, q8_0 and int4 rows whose value groups hold whole runs of
 		 * 16 values are decoded in registers (kinds 3, 4); int4 rows that
 		 * more than one pass would decode again are decoded once into vt
@@ -810,7 +814,7 @@ static void values(const struct arow *a, int g, float *og, int pa, int pb, const
 		int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : (v->prec == KVS_KV_INT8 || q8) && one ? 3 : v->prec == KVS_KV_INT4 && one && group <= H ? 4 : 0;
 		float vt[KVS_TILE * 256], rs[KVS_TILE * 16];
 		const void *rows[KVS_TILE];
-		const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 128 ? 1 : 2];
+		const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 96 ? 1 : D == 128 ? 2 : 3];
 		for (int t0 = pa; t0 < pb; t0 += KVS_TILE) {
 			int tn = pb - t0 < KVS_TILE ? pb - t0 : KVS_TILE;
 			prefetch_tile(a, g, pa, pb, t0, tn);

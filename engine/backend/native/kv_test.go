@@ -28,8 +28,9 @@ func attnCases() []attnCase {
 	// KV heads, query heads, head dim: 16x64 and 4x128 are TinyLlama's and
 	// Llama 3's groups (8 and 4 query heads a KV head), more heads than
 	// one pass of the weighted sums holds in registers; 3x64 an odd group,
-	// whose last head takes a pass alone.
-	shapes := [][3]int{{2, 4, 8}, {1, 3, 40}, {2, 2, 64}, {2, 16, 64}, {1, 4, 128}, {1, 3, 64}}
+	// whose last head takes a pass alone; 2x6x96 Phi-3's head dim, three
+	// query heads a KV head.
+	shapes := [][3]int{{2, 4, 8}, {1, 3, 40}, {2, 2, 64}, {2, 16, 64}, {1, 4, 128}, {1, 3, 64}, {2, 6, 96}}
 	i := 0
 	for _, k := range kvstore.Precisions() {
 		for _, v := range kvstore.Precisions() {
