@@ -98,16 +98,16 @@ func BenchmarkCall(b *testing.B) {
 // (32 query heads over 4 KV heads of 64) at each quantized K/V precision
 // and f16, block size 16: one row attending 1024 and 8192 positions, and
 // eight rows of different sequences attending 1024 each; and for a layer
-// of 32 query heads each with a KV head of its own (Llama 2 7B's: "mha"),
-// one row attending 2048 positions (34 MB of f16 K/V, read from memory).
-// The rate is K/V bytes read per second.
+// of 32 query heads each with a KV head of its own, of 128 (Llama 2 7B's:
+// "mha", 34 MB of f16 K/V, read from memory) or 96 (Phi-3's: "mha96"), one
+// row attending 2048 positions. The rate is K/V bytes read per second.
 func BenchmarkAttention(b *testing.B) {
 	l := loadLib(b)
 	for _, prec := range []kvstore.Precision{kvstore.F16, kvstore.Q8_0, kvstore.Int8, kvstore.Int4, kvstore.FP8} {
 		for _, shape := range []struct {
 			rows, n, kvHeads, dim int
 			layer                 string
-		}{{1, 1024, 4, 64, ""}, {8, 1024, 4, 64, ""}, {1, 8192, 4, 64, ""}, {1, 2048, 32, 128, "mha/"}} {
+		}{{1, 1024, 4, 64, ""}, {8, 1024, 4, 64, ""}, {1, 8192, 4, 64, ""}, {1, 2048, 32, 128, "mha/"}, {1, 2048, 32, 96, "mha96/"}} {
 			rows, n := shape.rows, shape.n
 			c := attnCase{k: prec, v: prec, blockSize: 16, kvHeads: shape.kvHeads, heads: 32, dim: shape.dim}
 			b.Run(fmt.Sprintf("%v/%srows%d/ctx%d/%s", prec, shape.layer, rows, n, l.PathName(l.Path())), func(b *testing.B) {
