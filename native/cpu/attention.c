@@ -784,11 +784,33 @@ static void softmax(int group, int m, float *sc) {
 	}
 }
 
-/* prefetch_tile asks for KV head g's value rows of the tile at t0 (tn
- * rows) into L1 at the start of span pa..pb-1, and for the next tile's. */
-static inline void prefetch_tile(const struct arow *a, int g, int pa, int pb, int t0, int tn) {
-	if (t0 == pa) prefetch_rows(a->v, a->layer, a->tab, g, t0, t0 + tn, 0);
-	if (t0 + tn < pb) prefetch_rows(a->v, a->layer, a->tab, g, t0 + tn, pb - t0 - tn < KVS_TILE ? pb : t0 + tn + KVS_TILE, 0);
+/* tile_rows points rows[i] at KV head g's value rows of the tile at t0 (tn
+ * positions of span pa..pb-1), having asked for them into L1 at the span's
+ * start and for the next tile's: read in place (kind 1, 2: f16, bf16),
+ * their codes with each 16 values' scale in rs (3, 4: int8 or q8_0, int4),
+ * or decoded into vt (0, value_row). */
+static inline __attribute__((always_inline)) void tile_rows(const struct arow *a, int g, int pa, int pb, int t0, int tn,
+                                                            const int kind, const void **rows, float *rs, float *vt) {
+	const struct kvs_kv_plane *v = a->v;
+	int D = v->head_dim, B = v->block_size;
+	if (t0 == pa) prefetch_rows(v, a->layer, a->tab, g, t0, t0 + tn, 0);
+	if (t0 + tn < pb) prefetch_rows(v, a->layer, a->tab, g, t0 + tn, pb - t0 - tn < KVS_TILE ? pb : t0 + tn + KVS_TILE, 0);
+	for (int i = 0; i < tn; i++) {
+		int p = t0 + i, j = p / B, t = p % B;
+		int64_t lb = (int64_t)a->layer * v->blocks + a->tab[j];
+		if (kind == 1 || kind == 2) {
+			rows[i] = (const uint16_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
+		} else if (kind) {
+			int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
+			rows[i] = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * v->row_bytes;
+			for (int c = 0; c < D / 16; c++) {
+				int64_t x = si + (g * D + 16 * c) / v->group;
+				rs[16 * i + c] = v->prec == KVS_KV_Q8_0 ? kvs_h2f(((const uint16_t *)v->scale)[x]) : a->dtab[((const uint8_t *)v->scale)[x]];
+			}
+		} else {
+			rows[i] = value_row(v, lb, g, t, a->fp8tab, a->dtab, vt + i * D);
+		}
+	}
 }
 
 /* values adds to KV head g's query heads' outputs og the weighted value
@@ -810,30 +832,13 @@ static void values(const struct arow *a, int g, float *og, int pa, int pb, const
 		 * more than one pass would decode again are decoded once into vt
 		 * instead (kind 0). */
 		int one = v->group % 16 == 0;
-		int q8 = v->prec == KVS_KV_Q8_0;
-		int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : (v->prec == KVS_KV_INT8 || q8) && one ? 3 : v->prec == KVS_KV_INT4 && one && group <= H ? 4 : 0;
+		int kind = v->prec == KVS_KV_F16 ? 1 : v->prec == KVS_KV_BF16 ? 2 : (v->prec == KVS_KV_INT8 || v->prec == KVS_KV_Q8_0) && one ? 3 : v->prec == KVS_KV_INT4 && one && group <= H ? 4 : 0;
 		float vt[KVS_TILE * 256], rs[KVS_TILE * 16];
 		const void *rows[KVS_TILE];
 		const vsum_fn(*fn)[5] = vsum_fns[D == 64 ? 0 : D == 96 ? 1 : D == 128 ? 2 : 3];
 		for (int t0 = pa; t0 < pb; t0 += KVS_TILE) {
 			int tn = pb - t0 < KVS_TILE ? pb - t0 : KVS_TILE;
-			prefetch_tile(a, g, pa, pb, t0, tn);
-			for (int i = 0; i < tn; i++) {
-				int p = t0 + i, j = p / B, t = p % B;
-				int64_t lb = (int64_t)layer * v->blocks + tab[j];
-				if (kind == 1 || kind == 2) {
-					rows[i] = (const uint16_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
-				} else if (kind) {
-					int64_t si = lb * v->scales_per_block + (int64_t)t * v->groups;
-					rows[i] = (const uint8_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * v->row_bytes;
-					for (int c = 0; c < D / 16; c++) {
-						int64_t x = si + (g * D + 16 * c) / v->group;
-						rs[16 * i + c] = q8 ? kvs_h2f(((const uint16_t *)v->scale)[x]) : a->dtab[((const uint8_t *)v->scale)[x]];
-					}
-				} else {
-					rows[i] = value_row(v, lb, g, t, a->fp8tab, a->dtab, vt + i * D);
-				}
-			}
+			tile_rows(a, g, pa, pb, t0, tn, kind, rows, rs, vt);
 			for (int h0 = 0; h0 < group;) {
 				int hn = group - h0 < H ? 1 : H;
 				fn[hn == H ? 0 : 1][kind](rows, rs, tn, sc + (int64_t)h0 * m + t0 - p0, m, og + (int64_t)h0 * D);
@@ -853,15 +858,7 @@ static void values(const struct arow *a, int g, float *og, int pa, int pb, const
 		const void *rows[KVS_TILE];
 		for (int t0 = pa; t0 < pb; t0 += KVS_TILE) {
 			int tn = pb - t0 < KVS_TILE ? pb - t0 : KVS_TILE;
-			prefetch_tile(a, g, pa, pb, t0, tn);
-			for (int i = 0; i < tn; i++) {
-				int p = t0 + i, j = p / B, t = p % B;
-				int64_t lb = (int64_t)layer * v->blocks + tab[j];
-				if (kind)
-					rows[i] = (const uint16_t *)v->data + lb * v->data_per_block + (int64_t)(g * B + t) * D;
-				else
-					rows[i] = value_row(v, lb, g, t, a->fp8tab, a->dtab, vt + i * D);
-			}
+			tile_rows(a, g, pa, pb, t0, tn, kind, rows, NULL, vt);
 			for (int h0 = 0; h0 < group; h0 += 2) {
 				int hn = group - h0 < 2 ? 1 : 2;
 				for (int c0 = 0; c0 < D; c0 += 32)
